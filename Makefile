@@ -1,0 +1,33 @@
+# chexflow: the two commands a newcomer needs are `make demo` and `make test`.
+# Both set everything up first (Debian packages, both Python environments); re-runs reuse them.
+
+CONTROL := .venv
+TRAINER := .venv-trainer
+DEMO_OUT ?= runs/demo
+PYTEST_ARGS ?=
+
+.PHONY: setup setup-system setup-control setup-trainer demo test lint compile clean
+
+setup: setup-system setup-control setup-trainer
+
+setup-system:
+	images/install-system.sh
+
+setup-control:
+	images/install-control.sh $(CONTROL)
+
+setup-trainer: setup-system
+	images/install-trainer.sh $(TRAINER)
+
+# The main job: the chexnet-train pipeline run locally (kfp.local) on a generated dataset.
+demo: setup
+	$(CONTROL)/bin/chexflow run chexnet-train --out $(DEMO_OUT)
+
+test: setup
+	$(CONTROL)/bin/python -m pytest $(PYTEST_ARGS)
+
+lint: setup-control
+	$(CONTROL)/bin/ruff check .
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,69 @@
+"""The `chexflow` command. Each feature module registers its own subcommands.
+
+A subcommand registered with `trainer=True` needs TensorFlow/Horovod: run from the control
+environment, it re-executes itself in the trainer environment (see chexflow.envs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from chexflow.envs import REPO_ROOT, in_trainer_env, trainer_python
+from chexflow.errors import ChexflowError
+
+# Modules with a `register(subparsers)` function. Keep imports in them light: heavy libraries
+# (tensorflow, kfp) are imported inside the command functions.
+COMMAND_MODULES = ("chexflow.data.commands",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chexflow",
+        description="CheXNet-style chest X-ray training and evaluation on Kubeflow with Horovod.",
+    )
+    parser.add_argument("--version", action="version", version=f"chexflow {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def _version() -> str:
+    from chexflow import __version__
+
+    return __version__
+
+
+def reexec_in_trainer(argv: list[str]) -> None:
+    """Replace this process with the same command in the trainer environment."""
+    python = trainer_python()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(str(python), [str(python), "-m", "chexflow.cli", *argv], env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        needs_trainer = getattr(args, "trainer", False)
+        if callable(needs_trainer):
+            needs_trainer = needs_trainer(args)
+        if needs_trainer and not in_trainer_env():
+            reexec_in_trainer(argv)
+        return int(args.func(args) or 0)
+    except ChexflowError as e:
+        print(f"chexflow {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"chexflow {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

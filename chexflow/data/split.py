@@ -1,0 +1,111 @@
+"""Patient-level splits: no patient appears in two splits; deterministic for a seed."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from chexflow.data.records import DataError, Record, Rejection
+
+SPLITS = ("train", "val", "test")
+NIH_LIST_FILES = ("train_val_list.txt", "test_list.txt")
+
+
+def parse_fractions(text: str) -> tuple[float, float, float]:
+    """'70/10/20' -> (0.7, 0.1, 0.2)."""
+    try:
+        parts = [float(p) for p in text.split("/")]
+    except ValueError:
+        parts = []
+    if len(parts) != 3 or any(p < 0 for p in parts) or sum(parts) <= 0:
+        raise DataError(f"--split {text!r}: expected three non-negative numbers like 70/10/20")
+    total = sum(parts)
+    return parts[0] / total, parts[1] / total, parts[2] / total
+
+
+def _by_patient(records: list[Record]) -> dict[str, list[Record]]:
+    groups: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        groups[r.patient_id].append(r)
+    return groups
+
+
+def _assign(groups: dict[str, list[Record]], names: tuple[str, ...], fractions, seed: int):
+    """Shuffle patients and fill each split in turn up to its share of the images."""
+    patients = sorted(groups)
+    order = np.random.default_rng(seed).permutation(len(patients))
+    total = sum(len(g) for g in groups.values())
+    targets = np.cumsum(fractions) * total
+    out: dict[str, list[Record]] = {n: [] for n in names}
+    done, k = 0, 0
+    for i in order:
+        group = groups[patients[i]]
+        while k < len(names) - 1 and done >= targets[k] - 1e-9:
+            k += 1
+        out[names[k]].extend(group)
+        done += len(group)
+    return out
+
+
+def split_random(records: list[Record], fractions, seed: int) -> dict[str, list[Record]]:
+    """Split by patient into train/val/test with the given image fractions."""
+    return _assign(_by_patient(records), SPLITS, fractions, seed)
+
+
+def read_list(path: Path) -> list[tuple[int, str]]:
+    """Non-empty lines of a split list, with their line numbers."""
+    if not path.exists():
+        raise DataError(f"{path}: split list not found (expected {', '.join(NIH_LIST_FILES)})")
+    lines = path.read_text().splitlines()
+    return [(i, s.strip()) for i, s in enumerate(lines, start=1) if s.strip()]
+
+
+def split_by_lists(
+    records: list[Record],
+    known_names: set[str],
+    lists_dir: Path,
+    fractions,
+    seed: int,
+) -> tuple[dict[str, list[Record]], list[Rejection]]:
+    """NIH's official lists: test_list.txt is test; train_val_list.txt splits into train/val
+    by patient in the ratio of the first two fractions. `known_names` are all image names in
+    the CSV, rejected rows included: a list naming anything else is an error."""
+    train_val, test = (read_list(lists_dir / name) for name in NIH_LIST_FILES)
+    for name, entries in zip(NIH_LIST_FILES, (train_val, test), strict=True):
+        unknown = [(i, s) for i, s in entries if s not in known_names]
+        if unknown:
+            shown = ", ".join(f"line {i}: {s!r}" for i, s in unknown[:5])
+            raise DataError(
+                f"{lists_dir / name}: {len(unknown)} image(s) not in the CSV ({shown}"
+                f"{', ...' if len(unknown) > 5 else ''})"
+            )
+    in_test = {s for _, s in test}
+    in_train_val = {s for _, s in train_val}
+    both = sorted(in_test & in_train_val)
+    if both:
+        raise DataError(
+            f"{lists_dir}: {len(both)} image(s) in both {NIH_LIST_FILES[0]} and "
+            f"{NIH_LIST_FILES[1]}, e.g. {both[:3]}"
+        )
+    rejections: list[Rejection] = []
+    test_records, rest = [], []
+    for r in records:
+        if r.image_index in in_test:
+            test_records.append(r)
+        elif r.image_index in in_train_val:
+            rest.append(r)
+        else:
+            rejections.append(Rejection("", r.source_row, r.image_index, "in neither split list"))
+    test_patients = {r.patient_id for r in test_records}
+    overlap = sorted({r.patient_id for r in rest} & test_patients)
+    if overlap:
+        raise DataError(
+            f"{lists_dir}: {len(overlap)} patient(s) have images in both lists, e.g. {overlap[:3]}"
+        )
+    tv = fractions[0] + fractions[1]
+    parts = _assign(
+        _by_patient(rest), ("train", "val"), (fractions[0] / tv, fractions[1] / tv), seed
+    )
+    return {"train": parts["train"], "val": parts["val"], "test": test_records}, rejections

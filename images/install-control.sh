@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Creates the control environment (kfp, kubernetes client, Katib runner) and installs chexflow.
+# The single source of truth for it: used by `make setup` and images/launcher/Dockerfile.
+#   images/install-control.sh VENV [--editable|--no-project]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+venv=${1:?usage: install-control.sh VENV [--editable|--no-project]}
+mode=${2:---editable}
+python=${CHEXFLOW_PYTHON:-$(command -v python3.11 || command -v python3)}
+
+stamp="$venv/.chexflow-stamp"
+want=$(cat "$here/requirements-control.txt" "$0" | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "control environment $venv is up to date"
+  exit 0
+fi
+
+echo ">> control environment: $venv (python: $python)"
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade "pip>=24" "setuptools>=70" wheel
+"$venv/bin/python" -m pip install --quiet -r "$here/requirements-control.txt"
+case "$mode" in
+  --editable) "$venv/bin/python" -m pip install --quiet --no-deps -e "$root" ;;
+  --install) "$venv/bin/python" -m pip install --quiet --no-deps "$root" ;;
+  --no-project) ;;
+  *) echo "unknown mode $mode" >&2; exit 2 ;;
+esac
+echo "$want" >"$stamp"
+echo ">> control environment ready: $venv"
