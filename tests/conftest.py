@@ -1,0 +1,54 @@
+"""Shared fixtures. Tests run in the control environment (.venv); anything that needs
+TensorFlow/Horovod runs through the `chexflow` CLI, which re-executes in .venv-trainer."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
+
+
+def run_chexflow(*args, check: bool = True, timeout: float = 900, env: dict | None = None,
+                 cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `chexflow ARGS...` as a user would; output is captured and shown on failure."""
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})}
+    proc = subprocess.run(
+        [*CHEXFLOW, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+        env=full_env, cwd=cwd,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"chexflow {' '.join(map(str, args))} exited {proc.returncode}\n"
+            f"--- stdout ---\n{proc.stdout[-6000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+@pytest.fixture(scope="session")
+def nih_raw(tmp_path_factory) -> Path:
+    """A generated NIH-format dataset: 400 images of 64 px (Data_Entry_2017.csv + images/)."""
+    out = tmp_path_factory.mktemp("nih-raw")
+    run_chexflow("data", "synth", "--out", out, "--images", 400, "--size", 64, "--seed", 1)
+    return out
+
+
+@pytest.fixture(scope="session")
+def nih_tfrecords(nih_raw: Path, tmp_path_factory) -> Path:
+    """nih_raw preprocessed into 64 px TFRecords (70/10/20 by patient)."""
+    out = tmp_path_factory.mktemp("nih-tfr") / "data"
+    run_chexflow(
+        "preprocess", "--csv", nih_raw / "Data_Entry_2017.csv", "--images", nih_raw / "images",
+        "--out", out, "--image-size", 64, "--workers", 2, "--images-per-shard", 64,
+    )
+    return out
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
