@@ -7,6 +7,7 @@ packages=(
   build-essential cmake            # Horovod's build
   libopenmpi-dev openmpi-bin       # Horovod with MPI; mpirun as in an MPIJob launcher
   openssl                          # certificates for the local Kubernetes control plane
+  slurm-wlm munge                  # single-node Slurm for the bare-metal path's tests
 )
 missing=()
 for p in "${packages[@]}"; do
