@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Creates the control environment (kfp, kubernetes client, Katib runner) and installs chexflow.
 # The single source of truth for it: used by `make setup` and images/launcher/Dockerfile.
-#   images/install-control.sh VENV [--editable|--no-project]
+#   images/install-control.sh VENV [--editable|--install|--no-project]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
-venv=${1:?usage: install-control.sh VENV [--editable|--no-project]}
+venv=${1:?usage: install-control.sh VENV [--editable|--install|--no-project]}
 mode=${2:---editable}
 python=${CHEXFLOW_PYTHON:-$(command -v python3.11 || command -v python3)}
 
 stamp="$venv/.chexflow-stamp"
 want=$(cat "$here/requirements-control.txt" "$0" | sha256sum | cut -c1-16)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+# --install always (re)installs the project: images install the environment first, then the source.
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$mode" != --install ]; then
   echo "control environment $venv is up to date"
   exit 0
 fi

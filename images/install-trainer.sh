@@ -20,7 +20,8 @@ with_nccl=0; [ -n "${HOROVOD_NCCL_HOME:-}" ] || [ -e /usr/include/nccl.h ] && wi
 
 stamp="$venv/.chexflow-stamp"
 want=$(cat "$here/requirements-trainer.txt" "$0" | sha256sum | cut -c1-12)-$tf_package-mpi$with_mpi-nccl$with_nccl
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+# --install always (re)installs the project: images install the environment first, then the source.
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$mode" != --install ]; then
   echo "trainer environment $venv is up to date"
   exit 0
 fi
