@@ -6,11 +6,9 @@ import csv
 import hashlib
 import json
 import math
-import multiprocessing
 import shutil
 import time
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from chexflow.data.chexpert import CHEXPERT_CLASSES, read_chexpert
 from chexflow.data.nih import read_nih
 from chexflow.data.records import DataError, Record, Rejection, write_rejections
 from chexflow.data.split import NIH_LIST_FILES, SPLITS, split_by_lists, split_random
-from chexflow.data.tfrecords import ShardResult, write_shard
+from chexflow.data.tfrecords import ShardResult, write_shards
 from chexflow.pathologies import PATHOLOGIES
 
 OUTPUT_FILES = ("manifest.json", "rejected.csv", "splits.csv")
@@ -106,23 +104,11 @@ def plan_shards(split: str, records: list[Record], per_shard: int, out: Path):
 
 
 def run_shards(cfg: PreprocessConfig, tasks: list[tuple[str, list[Record]]]) -> list[ShardResult]:
-    """Write all shards, in parallel processes when workers > 1, with a progress bar."""
+    """Write all shards with a progress bar; images are decoded by cfg.workers processes."""
     total = sum(len(recs) for _, recs in tasks)
-    results: list[ShardResult] = []
-    args = [(str(cfg.out / rel), recs, cfg.image_size, str(cfg.csv)) for rel, recs in tasks]
+    shards = [(str(cfg.out / rel), recs) for rel, recs in tasks]
     with tqdm(total=total, desc="preprocess", unit="img") as bar:
-        if cfg.workers <= 1:
-            for a in args:
-                results.append(write_shard(*a))
-                bar.update(len(a[1]))
-        else:
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=cfg.workers, mp_context=ctx) as pool:
-                futures = {pool.submit(write_shard, *a): len(a[1]) for a in args}
-                for fut in as_completed(futures):
-                    results.append(fut.result())
-                    bar.update(futures[fut])
-    return results
+        return write_shards(shards, cfg.image_size, cfg.workers, str(cfg.csv), bar)
 
 
 def split_summary(records: list[Record], classes: tuple[str, ...]) -> dict:

@@ -1,10 +1,17 @@
-"""Writing one TFRecord shard (in a worker process) and the Example encoding it uses."""
+"""Decoding images in worker processes and writing TFRecord shards in the parent.
+
+Workers only decode, convert and resize (PIL + numpy: cheap to start); the parent alone imports
+TensorFlow, serializes tf.train.Examples and writes each shard atomically (tmp, then rename).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from chexflow.data.images import ImageRejected, load_greyscale
@@ -12,8 +19,20 @@ from chexflow.data.records import Record, Rejection
 
 
 @dataclass
+class Decoded:
+    """A worker's answer for one record: the pixels, or why the image was rejected."""
+
+    pixels: bytes = b""
+    height: int = 0
+    width: int = 0
+    sha256: str = ""
+    converted: str | None = None
+    rejected: str | None = None
+
+
+@dataclass
 class ShardResult:
-    """What a worker reports for one shard."""
+    """What was written to one shard."""
 
     path: str
     written: list[Record] = field(default_factory=list)
@@ -22,7 +41,17 @@ class ShardResult:
     image_hashes: list[tuple[str, str]] = field(default_factory=list)
 
 
-def encode_example(record: Record, pixels) -> bytes:
+def decode(record: Record, size: int) -> Decoded:
+    """Worker function: load one image as size x size 8-bit greyscale."""
+    try:
+        pixels, data, converted = load_greyscale(record.path, size)
+    except ImageRejected as e:
+        return Decoded(rejected=str(e))
+    return Decoded(pixels.tobytes(), pixels.shape[0], pixels.shape[1],
+                   hashlib.sha256(data).hexdigest(), converted)
+
+
+def encode_example(record: Record, image: Decoded) -> bytes:
     """One serialized tf.train.Example in chexflow's schema (records.FEATURE_KEYS)."""
     import tensorflow as tf
 
@@ -36,9 +65,9 @@ def encode_example(record: Record, pixels) -> bytes:
         return tf.train.Feature(float_list=tf.train.FloatList(value=v))
 
     features = {
-        "image": b(pixels.tobytes()),
-        "height": i(int(pixels.shape[0])),
-        "width": i(int(pixels.shape[1])),
+        "image": b(image.pixels),
+        "height": i(image.height),
+        "width": i(image.width),
         "labels": f(record.labels),
         "mask": f(record.mask),
         "image_index": b(record.image_index.encode()),
@@ -47,26 +76,48 @@ def encode_example(record: Record, pixels) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
 
 
-def write_shard(path: str, records: list[Record], size: int, csv_name: str) -> ShardResult:
-    """Decode, convert and resize each image; write the shard atomically (tmp, then rename)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+def decoded_stream(records: list[Record], size: int, workers: int) -> Iterator[Decoded]:
+    """Decode records in order, in `workers` spawned processes (inline when workers <= 1)."""
+    fn = partial(decode, size=size)
+    if workers <= 1:
+        yield from map(fn, records)
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        yield from pool.imap(fn, records, chunksize=8)
 
-    result = ShardResult(path=path)
-    tmp = f"{path}.tmp"
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for record in records:
-            try:
-                pixels, data, converted = load_greyscale(record.path, size)
-            except ImageRejected as e:
-                result.rejections.append(
-                    Rejection(csv_name, record.source_row, record.image_index, str(e))
-                )
-                continue
-            if converted:
-                result.converted[converted] = result.converted.get(converted, 0) + 1
-            writer.write(encode_example(record, pixels))
-            result.written.append(record)
-            result.image_hashes.append((record.image_index, hashlib.sha256(data).hexdigest()))
-    Path(tmp).replace(path)
-    return result
+
+def write_shards(
+    shards: list[tuple[str, list[Record]]],
+    size: int,
+    workers: int,
+    csv_name: str,
+    progress: Iterable | None = None,
+) -> list[ShardResult]:
+    """Write every (path, records) shard; `progress` is updated once per image."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    stream = decoded_stream([r for _, recs in shards for r in recs], size, workers)
+    import tensorflow as tf  # imported while the workers are already decoding
+
+    results = []
+    for path, records in shards:
+        result = ShardResult(path=path)
+        tmp = f"{path}.tmp"
+        with tf.io.TFRecordWriter(tmp) as writer:
+            for record in records:
+                image = next(stream)
+                if progress is not None:
+                    progress.update(1)
+                if image.rejected:
+                    result.rejections.append(
+                        Rejection(csv_name, record.source_row, record.image_index, image.rejected)
+                    )
+                    continue
+                if image.converted:
+                    result.converted[image.converted] = result.converted.get(image.converted, 0) + 1
+                writer.write(encode_example(record, image))
+                result.written.append(record)
+                result.image_hashes.append((record.image_index, image.sha256))
+        Path(tmp).replace(path)
+        results.append(result)
+    return results
