@@ -1,0 +1,152 @@
+"""The container images, checked without a Docker engine: hadolint lints both Dockerfiles,
+dockerfile-parse and spython parse them, and they must run the same install scripts as the
+local environments."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dockerfile_parse import DockerfileParser
+from spython.main.parse.parsers import SingularityParser
+
+from chexflow import __version__, images
+
+REPO = Path(__file__).resolve().parent.parent
+HADOLINT = str(Path(sys.executable).parent / "hadolint")
+
+
+def parse(name: str) -> DockerfileParser:
+    return DockerfileParser(path=str(REPO / images.DOCKERFILES[name]))
+
+
+def instructions(parser: DockerfileParser, kind: str) -> list[str]:
+    return [i["value"] for i in parser.structure if i["instruction"] == kind]
+
+
+def exec_form(parser: DockerfileParser, kind: str) -> list[str]:
+    (value,) = instructions(parser, kind)
+    return json.loads(value)
+
+
+@pytest.mark.parametrize("name", sorted(images.DOCKERFILES))
+def test_hadolint_finds_nothing(name):
+    proc = subprocess.run(
+        [HADOLINT, "--no-color", "--format", "json", str(REPO / images.DOCKERFILES[name])],
+        capture_output=True, text=True,
+    )
+    findings = json.loads(proc.stdout or "[]")
+    assert proc.returncode == 0 and findings == [], findings
+    # Every inline ignore carries its justification on the comment lines above it.
+    lines = (REPO / images.DOCKERFILES[name]).read_text().splitlines()
+    for n, line in enumerate(lines):
+        if "hadolint ignore" in line:
+            assert lines[n - 1].startswith("# ") and "hadolint" not in lines[n - 1], line
+
+
+def test_hadolint_is_a_real_linter(tmp_path):
+    """The linter used above does report problems (an unpinned apt install, a root image)."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM ubuntu\nRUN apt-get update && apt-get install -y curl\n")
+    proc = subprocess.run([HADOLINT, "--format", "json", str(bad)], capture_output=True, text=True)
+    codes = {f["code"] for f in json.loads(proc.stdout)}
+    assert proc.returncode != 0 and {"DL3006", "DL3008", "DL3009"} <= codes
+
+
+def test_trainer_image_cuda_base_matches_tensorflow_2_15():
+    df = parse("trainer")
+    # TensorFlow 2.15 was built against CUDA 12.2 and cuDNN 8.9: a CUDA 12.2 devel image with
+    # cuDNN 8 (devel: nvcc and nccl.h for Horovod's NCCL build).
+    assert re.fullmatch(r"nvidia/cuda:12\.2\.\d+-cudnn8-devel-ubuntu22\.04", df.baseimage)
+    # the base is a build argument (e.g. an NGC or mirrored CUDA image)
+    other = DockerfileParser(path=df.dockerfile_path, build_args={"CUDA_IMAGE": "mirror/cuda:x"})
+    assert other.baseimage == "mirror/cuda:x"
+    assert df.args["TF_PACKAGE"] == "tensorflow[and-cuda]==2.15.1"
+
+
+def test_trainer_image_installs_with_the_trainer_script():
+    df = parse("trainer")
+    runs = instructions(df, "RUN")
+    install = [r for r in runs if "images/install-trainer.sh" in r]
+    # environment first (cached layer), then the project itself, both with the GPU TensorFlow
+    assert len(install) == 2
+    assert install[0].rstrip().endswith("--no-project")
+    assert install[1].rstrip().endswith("--install")
+    assert all('TF_PACKAGE="${TF_PACKAGE}"' in r for r in install)
+    apt = next(r for r in runs if "apt-get install" in r)
+    for pkg in ("python3.11-venv", "python3.11-dev", "libopenmpi-dev", "openmpi-bin",
+                "openssh-server", "openssh-client", "cmake"):
+        assert re.search(rf"\b{re.escape(pkg)}\b", apt), pkg
+    # the script and its pinned requirements are what is copied in before the first install
+    first_copy = instructions(df, "COPY")[0].split()
+    assert first_copy[:2] == ["images/install-trainer.sh", "images/requirements-trainer.txt"]
+    assert "PATH=/opt/chexflow/venv/bin" in " ".join(instructions(df, "ENV"))
+
+
+def test_trainer_image_runs_as_the_mpi_operator_non_root_user():
+    df = parse("trainer")
+    assert df.args["USER_NAME"] != "root" and df.args["USER_UID"] != "0"
+    assert instructions(df, "USER") == ["${USER_NAME}"]
+    assert df.structure[-1]["instruction"] == "CMD"
+    assert exec_form(df, "ENTRYPOINT") == ["chexflow"]
+    setup = next(r for r in instructions(df, "RUN") if "useradd" in r)
+    assert "images/trainer/sshd_config" in setup and "ssh_config.d/chexflow.conf" in setup
+    # sshd as that user: its own pid file, the mounted key as host key, an unprivileged port
+    sshd = (REPO / "images/trainer/sshd_config").read_text()
+    assert "PidFile /home/@USER@/sshd.pid" in sshd and "HostKey /home/@USER@/.ssh/id_rsa" in sshd
+    assert int(df.args["SSH_PORT"]) > 1024 and "Port @PORT@" in sshd
+    assert "StrictHostKeyChecking no" in (REPO / "images/trainer/ssh_config").read_text()
+
+
+def test_launcher_image_has_the_control_environment_and_kfp():
+    df = parse("launcher")
+    assert re.fullmatch(r"python:3\.11-slim-\w+", df.baseimage)
+    install = [r for r in instructions(df, "RUN") if "images/install-control.sh" in r]
+    assert len(install) == 2
+    assert install[0].rstrip().endswith("--no-project")
+    assert install[1].rstrip().endswith("--install")
+    requirements = (REPO / "images/requirements-control.txt").read_text()
+    assert re.search(r"^kfp==2\.17\.\d+$", requirements, re.M)
+    assert instructions(df, "USER") == ["${USER_NAME}"] and df.args["USER_NAME"] != "root"
+    assert exec_form(df, "ENTRYPOINT") == ["chexflow"]
+    assert "PATH=/opt/chexflow/venv/bin" in " ".join(instructions(df, "ENV"))
+
+
+def test_build_context_leaves_out_local_environments():
+    ignored = (REPO / ".dockerignore").read_text().split()
+    for path in (".venv", ".venv-trainer", ".git", "runs"):
+        assert path in ignored
+
+
+def test_apptainer_definition_bootstraps_from_the_trainer_image():
+    text = (REPO / "images/trainer/apptainer.def").read_text()
+    recipe = SingularityParser(str(REPO / "images/trainer/apptainer.def")).recipe["spython-base"]
+    assert re.search(r"^Bootstrap:\s*docker\s*$", text, re.M)
+    assert recipe.fromHeader.lower() == "{{ trainer_image }}"
+    assert any("/opt/chexflow/venv/bin" in e for e in recipe.environ)
+    assert "chexflow" in recipe.cmd
+    # the build argument's default is the image chexflow.images names
+    default = re.search(r"^%arguments\n\s+TRAINER_IMAGE=(\S+)$", text, re.M).group(1)
+    assert default == f"{images.DEFAULT_REGISTRY}/trainer:{__version__}"
+
+
+def test_image_names_come_from_one_module(monkeypatch):
+    for var in (images.TRAINER_IMAGE_ENV, images.LAUNCHER_IMAGE_ENV, images.REGISTRY_ENV,
+                images.TAG_ENV):
+        monkeypatch.delenv(var, raising=False)
+    assert images.images() == {
+        "trainer": f"ghcr.io/chexflow/trainer:{__version__}",
+        "launcher": f"ghcr.io/chexflow/launcher:{__version__}",
+    }
+    monkeypatch.setenv(images.REGISTRY_ENV, "registry.example.org:5000/ml/")
+    monkeypatch.setenv(images.TAG_ENV, "2026.11")
+    assert images.trainer_image() == "registry.example.org:5000/ml/trainer:2026.11"
+    monkeypatch.setenv(images.LAUNCHER_IMAGE_ENV, "reg.io/x/launch@sha256:" + "a" * 64)
+    assert images.launcher_image() == "reg.io/x/launch@sha256:" + "a" * 64
+    monkeypatch.setenv(images.TRAINER_IMAGE_ENV, "Trainer Image")
+    with pytest.raises(images.InvalidImage, match="CHEXFLOW_TRAINER_IMAGE='Trainer Image'"):
+        images.trainer_image()
