@@ -16,7 +16,7 @@ from chexflow.errors import ChexflowError
 
 # Modules with a `register(subparsers)` function. Keep imports in them light: heavy libraries
 # (tensorflow, kfp) are imported inside the command functions.
-COMMAND_MODULES = ("chexflow.data.commands",)
+COMMAND_MODULES = ("chexflow.data.commands", "chexflow.mpijob.commands")
 
 
 def build_parser() -> argparse.ArgumentParser:

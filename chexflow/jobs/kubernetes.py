@@ -1,0 +1,315 @@
+"""The kubernetes backend: create an MPIJob (Horovod jobs) or a batch Job, wait until it has
+Succeeded or Failed, raise with the launcher pod's log tail on failure, then delete or keep it.
+
+Uses the official client: CustomObjectsApi (kubeflow.org/v2beta1 mpijobs), BatchV1Api (jobs),
+CoreV1Api (pods, pod logs, events). 409 Conflict adopts the job when it is the same spec (a
+retried pipeline step) and refuses otherwise; 429/5xx and connection errors are retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from chexflow.errors import ChexflowError
+from chexflow.jobs.result import JobResult
+from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
+from chexflow.mpijob.render import (
+    JOB_NAME_LABEL,
+    LAUNCHER_ROLE_LABEL,
+    MPIJOB_GROUP,
+    MPIJOB_PLURAL,
+    MPIJOB_VERSION,
+    render,
+)
+
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+DELETE_POLICIES = ("always", "on-success", "never")
+SPEC_HASH_ANNOTATION = "chexflow.io/spec-sha256"
+# Time allowed beyond the job's own activeDeadlineSeconds for scheduling and image pulls.
+SCHEDULING_GRACE_SECONDS = 300
+LOG_TAIL_LINES = 60
+
+
+class KubernetesError(ChexflowError):
+    """The Kubernetes API refused a request (not a job failure)."""
+
+
+def load_api_client(context: str | None = None):
+    """In-cluster configuration when running in a pod, else the kubeconfig."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        try:
+            config.load_kube_config(context=context)
+        except (config.ConfigException, FileNotFoundError, TypeError) as e:
+            raise KubernetesError(
+                f"no Kubernetes configuration: not in a pod and no kubeconfig ({e}); set "
+                f"KUBECONFIG or use --backend local"
+            ) from None
+    return client.ApiClient()
+
+
+def spec_hash(obj: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(obj["spec"], sort_keys=True).encode()).hexdigest()[:32]
+
+
+def finished_condition(conditions: list[dict[str, Any]] | None, kind: str) -> dict | None:
+    """The Succeeded/Failed condition (MPIJob) or Complete/Failed (batch Job) that is True."""
+    done = ("Succeeded", "Failed") if kind == "MPIJob" else ("Complete", "Failed")
+    for cond in conditions or []:
+        if cond.get("type") in done and cond.get("status") == "True":
+            return cond
+    return None
+
+
+class KubernetesBackend:
+    """Runs JobSpecs as MPIJobs / batch Jobs in one namespace."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        namespace: str = "default",
+        api_client=None,
+        delete_policy: str = "on-success",
+        poll_seconds: float = 5.0,
+        image: str | None = None,
+        service_account: str | None = None,
+        clean_pod_policy: str = "Running",
+        retries: int = 5,
+        stream: TextIO | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if delete_policy not in DELETE_POLICIES:
+            raise ChexflowError(f"delete_policy must be one of {DELETE_POLICIES}")
+        from kubernetes import client
+
+        self.api_client = api_client or load_api_client()
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.batch = client.BatchV1Api(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+        self.namespace = namespace
+        self.delete_policy = delete_policy
+        self.poll_seconds = poll_seconds
+        self.image = image
+        self.service_account = service_account
+        self.clean_pod_policy = clean_pod_policy
+        self.retries = retries
+        self.stream = stream or sys.stdout
+        self.sleep = sleep
+        self.clock = clock
+
+    # --- public ---------------------------------------------------------------------------
+    def render(self, spec: JobSpec) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"image": self.image, "service_account": self.service_account}
+        if spec.horovod:
+            kwargs["clean_pod_policy"] = self.clean_pod_policy
+        obj = render(spec, self.namespace, **kwargs)
+        obj["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(obj)
+        return obj
+
+    def run(self, spec: JobSpec) -> JobResult:
+        obj = self.render(spec)
+        kind = obj["kind"]
+        start = self.clock()
+        self.create(obj)
+        try:
+            cond = self.wait(obj, spec.timeout_seconds + SCHEDULING_GRACE_SECONDS)
+        except JobTimeout:
+            self.delete(kind, spec.name)
+            raise
+        except BaseException:
+            # Interrupted (Ctrl-C, pipeline cancelled): do not leave the job running.
+            self._log(spec.name, f"interrupted: deleting {kind}/{spec.name}")
+            self.delete(kind, spec.name)
+            raise
+        wall = self.clock() - start
+        tail = self.log_tail(kind, spec.name)
+        if cond["type"] == "Failed":
+            events = self.events(spec.name)
+            if self.delete_policy == "always":
+                self.delete(kind, spec.name)
+            reason = cond.get("reason", "")
+            message = f"{kind} {self.namespace}/{spec.name} failed"
+            message += f" ({reason}: {cond.get('message', '')})" if reason else ""
+            if events:
+                message += "\nevents:\n" + "\n".join(events)
+            error = JobTimeout if reason == "DeadlineExceeded" else JobFailed
+            raise error(message, tail)
+        if self.delete_policy in ("always", "on-success"):
+            self.delete(kind, spec.name)
+        return JobResult(
+            name=spec.name,
+            backend=self.name,
+            succeeded=True,
+            wall_seconds=wall,
+            log_tail=tail,
+            resource=f"{kind}/{spec.name}",
+        )
+
+    # --- steps ----------------------------------------------------------------------------
+    def create(self, obj: dict[str, Any]) -> None:
+        from kubernetes.client.rest import ApiException
+
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        try:
+            if kind == "MPIJob":
+                self._call(
+                    self.custom.create_namespaced_custom_object,
+                    MPIJOB_GROUP, MPIJOB_VERSION, self.namespace, MPIJOB_PLURAL, obj,
+                )
+            else:
+                self._call(self.batch.create_namespaced_job, self.namespace, obj)
+            self._log(name, f"created {kind} {self.namespace}/{name}")
+        except ApiException as e:
+            if e.status != 409:
+                raise KubernetesError(
+                    f"creating {kind} {self.namespace}/{name}: HTTP {e.status} {e.reason}: "
+                    f"{_api_message(e)}"
+                ) from None
+            existing = self.get(kind, name)
+            theirs = existing["metadata"].get("annotations", {}).get(SPEC_HASH_ANNOTATION)
+            ours = obj["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+            if theirs != ours:
+                raise KubernetesError(
+                    f"{kind} {self.namespace}/{name} already exists with a different spec; "
+                    f"delete it (kubectl delete {kind.lower()} -n {self.namespace} {name}) or "
+                    f"choose another job name"
+                ) from None
+            self._log(name, f"{kind} {self.namespace}/{name} already exists: waiting on it")
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        if kind == "MPIJob":
+            return self._call(
+                self.custom.get_namespaced_custom_object,
+                MPIJOB_GROUP, MPIJOB_VERSION, self.namespace, MPIJOB_PLURAL, name,
+            )
+        job = self._call(self.batch.read_namespaced_job, name, self.namespace)
+        return self.api_client.sanitize_for_serialization(job)
+
+    def wait(self, obj: dict[str, Any], timeout_seconds: float) -> dict[str, Any]:
+        """Poll until Succeeded or Failed; return that condition. JobTimeout past the limit."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        deadline = self.clock() + timeout_seconds
+        last_state = None
+        while True:
+            current = self.get(kind, name)
+            conditions = (current.get("status") or {}).get("conditions") or []
+            state = _latest_condition(conditions)
+            if state != last_state:
+                self._log(name, f"{kind} condition: {state or 'Pending'}")
+                last_state = state
+            cond = finished_condition(conditions, kind)
+            if cond is not None:
+                return cond
+            if self.clock() >= deadline:
+                raise JobTimeout(
+                    f"{kind} {self.namespace}/{name}: not finished after {timeout_seconds:.0f}s "
+                    f"(last condition: {state or 'none'}); it was deleted",
+                    self.log_tail(kind, name),
+                )
+            self.sleep(self.poll_seconds)
+
+    def log_tail(self, kind: str, name: str) -> str:
+        """The last lines of the launcher pod's log (MPIJob) or the job pod's log."""
+        from kubernetes.client.rest import ApiException
+
+        if kind == "MPIJob":
+            selector = f"{JOB_NAME_LABEL}={name},{LAUNCHER_ROLE_LABEL}=launcher"
+            container = "launcher"
+        else:
+            selector = f"job-name={name}"
+            container = "main"
+        try:
+            pods = self._call(
+                self.core.list_namespaced_pod, self.namespace, label_selector=selector
+            )
+            if not pods.items:
+                return ""
+            pod = max(pods.items, key=lambda p: p.metadata.creation_timestamp or 0)
+            return self._call(
+                self.core.read_namespaced_pod_log,
+                pod.metadata.name,
+                self.namespace,
+                container=container,
+                tail_lines=LOG_TAIL_LINES,
+            )
+        except ApiException as e:
+            return f"(launcher log unavailable: HTTP {e.status} {e.reason})"
+
+    def events(self, name: str) -> list[str]:
+        from kubernetes.client.rest import ApiException
+
+        try:
+            events = self._call(
+                self.core.list_namespaced_event,
+                self.namespace,
+                field_selector=f"involvedObject.name={name}",
+            )
+        except ApiException:
+            return []
+        return [f"  {e.type} {e.reason}: {e.message}" for e in events.items[-10:]]
+
+    def delete(self, kind: str, name: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        body = client.V1DeleteOptions(propagation_policy="Background")
+        try:
+            if kind == "MPIJob":
+                self._call(
+                    self.custom.delete_namespaced_custom_object,
+                    MPIJOB_GROUP, MPIJOB_VERSION, self.namespace, MPIJOB_PLURAL, name, body=body,
+                )
+            else:
+                self._call(self.batch.delete_namespaced_job, name, self.namespace, body=body)
+            self._log(name, f"deleted {kind} {self.namespace}/{name}")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    # --- helpers --------------------------------------------------------------------------
+    def _call(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Call the API, retrying 429/5xx and connection errors with exponential backoff."""
+        from kubernetes.client.rest import ApiException
+        from urllib3.exceptions import HTTPError
+
+        delay = 1.0
+        for attempt in range(self.retries + 1):
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as e:
+                if e.status not in TRANSIENT_STATUS or attempt == self.retries:
+                    raise
+                why = f"HTTP {e.status} {e.reason}"
+            except (HTTPError, ConnectionError) as e:
+                if attempt == self.retries:
+                    raise KubernetesError(f"Kubernetes API unreachable: {e}") from None
+                why = type(e).__name__
+            self._log("api", f"{fn.__name__}: {why}; retry {attempt + 1}/{self.retries}")
+            self.sleep(delay)
+            delay = min(delay * 2, 30)
+        raise AssertionError("unreachable")
+
+    def _log(self, name: str, message: str) -> None:
+        print(f"[{name}] {message}", file=self.stream, flush=True)
+
+
+def _latest_condition(conditions: list[dict[str, Any]]) -> str | None:
+    true = [c for c in conditions if c.get("status") == "True"]
+    return true[-1]["type"] if true else None
+
+
+def _api_message(e) -> str:
+    try:
+        return json.loads(e.body).get("message", e.body)
+    except (TypeError, ValueError):
+        return str(e.body)

@@ -1,0 +1,159 @@
+"""The local backend: a job is a subprocess in its environment; N Horovod ranks run under
+`horovodrun --gloo` on localhost. Output is streamed with a `[job]` prefix, the exit status is
+checked, the time limit is honoured and the whole process group is ended on interruption."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from chexflow.envs import REPO_ROOT, in_trainer_env, trainer_bin, trainer_python
+from chexflow.jobs.result import JobResult
+from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
+
+TAIL_LINES = 60
+KILL_GRACE_SECONDS = 10
+
+
+def environment_python(environment: str) -> Path:
+    """The interpreter of the "trainer" or "control" environment."""
+    if environment == "trainer":
+        return trainer_python()
+    if not in_trainer_env():
+        return Path(sys.executable)
+    return REPO_ROOT / ".venv" / "bin" / "python"
+
+
+def resolve_command(spec: JobSpec) -> list[str]:
+    """argv with `python`/`chexflow` bound to the job's environment."""
+    python = environment_python(spec.environment)
+    head, rest = spec.command[0], list(spec.command[1:])
+    if head in ("python", "python3"):
+        return [str(python), *rest]
+    if head == "chexflow":
+        return [str(python), "-m", "chexflow.cli", *rest]
+    return [head, *rest]
+
+
+def local_argv(spec: JobSpec) -> list[str]:
+    """The full argv: the command itself, or horovodrun around it for several ranks."""
+    argv = resolve_command(spec)
+    if not spec.horovod or spec.processes == 1:
+        return argv
+    n = spec.processes
+    horovodrun = str(trainer_bin("horovodrun"))
+    return [horovodrun, "-np", str(n), "-H", f"localhost:{n}", "--gloo", *argv]
+
+
+def job_environment(spec: JobSpec) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CHEXFLOW_JOB_NAME"] = spec.name
+    env.update(spec.env)
+    return env
+
+
+class LocalBackend:
+    """Runs JobSpecs as local processes."""
+
+    name = "local"
+
+    def __init__(self, stream: TextIO | None = None, log_dir: Path | None = None):
+        self.stream = stream
+        self.log_dir = Path(log_dir) if log_dir else None
+
+    def run(self, spec: JobSpec) -> JobResult:
+        argv = local_argv(spec)
+        out = self.stream or sys.stdout
+        log_file = None
+        log_path = None
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{spec.name}.log"
+            log_file = open(log_path, "w")  # noqa: SIM115 - closed in finally
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        print(f"[{spec.name}] $ {' '.join(argv)}", file=out, flush=True)
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            env=job_environment(spec),
+            cwd=spec.working_dir,
+            start_new_session=True,
+        )
+        reader = threading.Thread(
+            target=_pump, args=(proc, spec.name, out, log_file, tail), daemon=True
+        )
+        reader.start()
+        try:
+            code = proc.wait(timeout=spec.timeout_seconds)
+        except subprocess.TimeoutExpired:
+            _end_group(proc)
+            reader.join(timeout=5)
+            elapsed = time.monotonic() - start
+            raise JobTimeout(
+                f"job {spec.name}: timed out after {elapsed:.0f}s "
+                f"(limit {spec.timeout_seconds}s); its processes were ended",
+                "\n".join(tail),
+            ) from None
+        except BaseException:
+            _end_group(proc)
+            raise
+        finally:
+            reader.join(timeout=5)
+            if log_file:
+                log_file.close()
+        wall = time.monotonic() - start
+        if code != 0:
+            raise JobFailed(
+                f"job {spec.name}: exited with status {code} after {wall:.0f}s",
+                "\n".join(tail),
+                exit_code=code,
+            )
+        return JobResult(
+            name=spec.name,
+            backend=self.name,
+            succeeded=True,
+            wall_seconds=wall,
+            log_tail="\n".join(tail),
+            log_path=str(log_path) if log_path else None,
+        )
+
+
+def _pump(proc: subprocess.Popen, name: str, out: TextIO, log_file, tail) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.rstrip("\n")
+        tail.append(line)
+        print(f"[{name}] {line}", file=out, flush=True)
+        if log_file:
+            log_file.write(line + "\n")
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the job's process group, then SIGKILL what is left after a grace period."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue

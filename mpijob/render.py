@@ -1,0 +1,194 @@
+"""Render a JobSpec as a Kubernetes object: an MPIJob (kubeflow.org/v2beta1, mpi-operator v0.8)
+for Horovod jobs, a batch/v1 Job for single-process steps.
+
+MPIJob layout: the launcher (no GPU) runs `mpirun -np WORKERS*SLOTS ... COMMAND`; workers run sshd
+(the operator wires ssh keys and /etc/mpi/hostfile) and get `nvidia.com/gpu` = slotsPerWorker.
+The trainer image runs as a non-root user with sshd on port 2222 (sshAuthMountPath below).
+The data PVC is mounted in launcher and workers; /dev/shm is a memory emptyDir of `shm_size`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chexflow.images import launcher_image, trainer_image
+from chexflow.jobs.spec import JobSpec
+
+MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
+MPIJOB_GROUP, MPIJOB_VERSION, MPIJOB_PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
+CLEAN_POD_POLICIES = ("All", "Running", "None")
+LAUNCHER_ROLE_LABEL = "training.kubeflow.org/job-role"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "chexflow"}
+SHM_VOLUME = "dshm"
+GPU_RESOURCE = "nvidia.com/gpu"
+# What the launcher asks for: it only runs mpirun.
+LAUNCHER_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
+# The trainer image runs as user chexflow with sshd on port 2222 (images/trainer/Dockerfile).
+SSH_AUTH_MOUNT_PATH = "/home/chexflow/.ssh"
+WORKER_COMMAND = ["/usr/sbin/sshd", "-De", "-f", "/home/chexflow/.sshd_config"]
+
+
+def image_for(environment: str) -> str:
+    """The image that holds `environment`: trainer (TensorFlow/Horovod) or control (launcher)."""
+    return trainer_image() if environment == "trainer" else launcher_image()
+
+
+def mpirun_args(spec: JobSpec) -> list[str]:
+    """mpirun options for Horovod over OpenMPI (as in the Horovod/mpi-operator examples)."""
+    args = ["mpirun", "-np", str(spec.processes), "-bind-to", "none"]
+    args += ["-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+    # Ranks start over ssh and do not inherit the container's environment: forward it.
+    for name in ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "NCCL_DEBUG", *sorted(spec.env)):
+        args += ["-x", name]
+    return [*args, *spec.command]
+
+
+def _env(spec: JobSpec) -> list[dict[str, str]]:
+    base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name}
+    return [{"name": k, "value": str(v)} for k, v in {**base, **spec.env}.items()]
+
+
+def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
+    ]
+    mounts: list[dict[str, Any]] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    for i, vol in enumerate(spec.volumes):
+        name = f"data-{i}"
+        volumes.append(
+            {
+                "name": name,
+                "persistentVolumeClaim": {"claimName": vol.claim, "readOnly": vol.read_only},
+            }
+        )
+        mounts.append({"name": name, "mountPath": vol.mount_path, "readOnly": vol.read_only})
+    return volumes, mounts
+
+
+def _container(
+    spec: JobSpec, name: str, image: str, command: list[str], resources: dict, mounts: list
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "env": _env(spec),
+        "resources": resources,
+        "volumeMounts": mounts,
+    }
+    if spec.working_dir:
+        container["workingDir"] = spec.working_dir
+    return container
+
+
+def worker_resources(spec: JobSpec) -> dict[str, dict[str, Any]]:
+    limits: dict[str, Any] = {"cpu": spec.cpu, "memory": spec.memory}
+    if spec.gpus_per_worker:
+        limits[GPU_RESOURCE] = spec.gpus_per_worker
+    return {"requests": {"cpu": spec.cpu, "memory": spec.memory}, "limits": limits}
+
+
+def _metadata(spec: JobSpec, namespace: str) -> dict[str, Any]:
+    labels = {**MANAGED_BY, "chexflow.io/job": spec.name, **spec.labels}
+    return {"name": spec.name, "namespace": namespace, "labels": labels}
+
+
+def _pod_template(
+    spec: JobSpec, container: dict, volumes: list, role: str, service_account: str | None
+) -> dict[str, Any]:
+    pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
+    if service_account:
+        pod["serviceAccountName"] = service_account
+    labels = {**MANAGED_BY, "chexflow.io/job": spec.name, "chexflow.io/role": role}
+    return {"metadata": {"labels": labels}, "spec": pod}
+
+
+def render_mpijob(
+    spec: JobSpec,
+    namespace: str = "default",
+    image: str | None = None,
+    clean_pod_policy: str = "Running",
+    service_account: str | None = None,
+    launcher_creation_policy: str = "WaitForWorkersReady",
+) -> dict[str, Any]:
+    """The MPIJob (kubeflow.org/v2beta1) that runs `spec` as a Horovod job."""
+    if clean_pod_policy not in CLEAN_POD_POLICIES:
+        raise ValueError(f"clean_pod_policy must be one of {CLEAN_POD_POLICIES}")
+    image = image or image_for(spec.environment)
+    volumes, mounts = _volumes(spec)
+    launcher = _container(
+        spec,
+        "launcher",
+        image,
+        mpirun_args(spec),
+        {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
+        mounts,
+    )
+    worker = _container(
+        spec, "worker", image, list(WORKER_COMMAND), worker_resources(spec), mounts
+    )
+    return {
+        "apiVersion": MPIJOB_API_VERSION,
+        "kind": "MPIJob",
+        "metadata": _metadata(spec, namespace),
+        "spec": {
+            "slotsPerWorker": spec.slots,
+            "sshAuthMountPath": SSH_AUTH_MOUNT_PATH,
+            "mpiImplementation": "OpenMPI",
+            "launcherCreationPolicy": launcher_creation_policy,
+            "runPolicy": {
+                "cleanPodPolicy": clean_pod_policy,
+                "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+                "activeDeadlineSeconds": spec.timeout_seconds,
+                "backoffLimit": spec.backoff_limit,
+            },
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "restartPolicy": "Never",
+                    "template": _pod_template(spec, launcher, volumes, "launcher", service_account),
+                },
+                "Worker": {
+                    "replicas": spec.workers,
+                    "restartPolicy": "Never",
+                    "template": _pod_template(spec, worker, volumes, "worker", service_account),
+                },
+            },
+        },
+    }
+
+
+def render_batch_job(
+    spec: JobSpec,
+    namespace: str = "default",
+    image: str | None = None,
+    service_account: str | None = None,
+) -> dict[str, Any]:
+    """The batch/v1 Job that runs a single-process `spec`."""
+    image = image or image_for(spec.environment)
+    volumes, mounts = _volumes(spec)
+    container = _container(spec, "main", image, list(spec.command), worker_resources(spec), mounts)
+    template = _pod_template(spec, container, volumes, "main", service_account)
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(spec, namespace),
+        "spec": {
+            "backoffLimit": spec.backoff_limit,
+            "activeDeadlineSeconds": spec.timeout_seconds,
+            "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+            "template": template,
+        },
+    }
+
+
+def render(spec: JobSpec, namespace: str = "default", **kwargs: Any) -> dict[str, Any]:
+    """MPIJob for Horovod jobs, batch Job otherwise."""
+    if spec.horovod:
+        return render_mpijob(spec, namespace, **kwargs)
+    kwargs.pop("clean_pod_policy", None)
+    kwargs.pop("launcher_creation_policy", None)
+    return render_batch_job(spec, namespace, **kwargs)

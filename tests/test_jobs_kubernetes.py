@@ -1,0 +1,165 @@
+"""The kubernetes job backend against RecordedRequestFakeKubeApi (a recorded-request FAKE API
+server under the real kubernetes client; the real-cluster tests come with the control plane)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+from recorded_kube_fake import RecordedRequestFakeKubeApi
+
+from chexflow.jobs import JobFailed, JobSpec, JobTimeout, Volume
+from chexflow.jobs.kubernetes import KubernetesBackend, KubernetesError
+from chexflow.mpijob.schema import validate_mpijob
+
+CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
+RBAC = Path(__file__).resolve().parent.parent / "mpijob" / "rbac.yaml"
+MPI_PATH = "/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs"
+
+
+def train_spec(name: str = "train-a", **kw) -> JobSpec:
+    base = dict(
+        name=name, command=["chexflow", "train", "--data", "/data/tfr", "--workers", "2"],
+        workers=2, horovod=True, gpus_per_worker=1, volumes=[Volume("chexflow-data", "/data")],
+        timeout_seconds=600,
+    )
+    return JobSpec(**{**base, **kw})
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def backend(fake: RecordedRequestFakeKubeApi, **kw) -> tuple[KubernetesBackend, io.StringIO]:
+    out = io.StringIO()
+    clock = FakeClock()
+    b = KubernetesBackend(
+        namespace="team-a", api_client=fake.api_client(), poll_seconds=5, stream=out,
+        sleep=clock.sleep, clock=clock, **kw,
+    )
+    return b, out
+
+
+def test_mpijob_success_creates_valid_object_waits_and_deletes():
+    fake = RecordedRequestFakeKubeApi()
+    b, out = backend(fake)
+    result = b.run(train_spec())
+    assert result.succeeded and result.resource == "MPIJob/train-a"
+    methods = [(r.method, r.path) for r in fake.requests]
+    assert methods[0] == ("POST", MPI_PATH)
+    assert ("GET", f"{MPI_PATH}/train-a") in methods
+    assert methods[-1] == ("DELETE", f"{MPI_PATH}/train-a")  # delete_policy on-success
+    posted = fake.requests[0].body
+    validate_mpijob(posted, CRD)
+    assert posted["spec"]["runPolicy"]["cleanPodPolicy"] == "Running"
+    assert "Succeeded" in out.getvalue()
+
+
+def test_failure_raises_with_launcher_log_tail_and_keeps_job():
+    fake = RecordedRequestFakeKubeApi(
+        scripts={"train-b": [["Created"], ["Created", "Running"], ["Created", "Failed"]]},
+        logs={"train-b": "epoch 1/1\n[1]<stderr>: ValueError: bad shard /data/x.tfrecord\n"},
+        failures={"train-b": ("BackoffLimitExceeded", "launcher exited with code 1")},
+    )
+    b, _ = backend(fake)
+    with pytest.raises(JobFailed) as err:
+        b.run(train_spec("train-b"))
+    msg = str(err.value)
+    assert "ValueError: bad shard /data/x.tfrecord" in msg
+    assert "BackoffLimitExceeded" in msg and "launcher exited with code 1" in msg
+    log_req = [r for r in fake.requests if r.path.endswith("/log")]
+    assert log_req and log_req[0].path.endswith("/pods/train-b-launcher/log")
+    assert log_req[0].query["container"] == "launcher"
+    pod_list = [r for r in fake.requests if r.path.endswith("/pods")][0]
+    assert "training.kubeflow.org/job-role=launcher" in pod_list.query["labelSelector"]
+    assert ("team-a", "train-b") in fake.jobs  # on-success policy keeps failed jobs to inspect
+
+
+def test_wait_timeout_deletes_the_job_and_says_so():
+    fake = RecordedRequestFakeKubeApi(scripts={"slow": [["Created", "Running"]]})
+    b, _ = backend(fake)
+    with pytest.raises(JobTimeout, match=r"not finished after .*Running.*deleted"):
+        b.run(train_spec("slow", timeout_seconds=30))
+    assert ("team-a", "slow") not in fake.jobs
+    assert fake.requests[-1].method == "DELETE"
+
+
+def test_deadline_exceeded_condition_is_a_timeout():
+    fake = RecordedRequestFakeKubeApi(
+        scripts={"dl": [["Created", "Running", "Failed"]]},
+        failures={"dl": ("DeadlineExceeded", "Job was active longer than specified deadline")},
+    )
+    b, _ = backend(fake, delete_policy="always")
+    with pytest.raises(JobTimeout, match="DeadlineExceeded"):
+        b.run(train_spec("dl"))
+    assert ("team-a", "dl") not in fake.jobs
+
+
+def test_transient_errors_are_retried():
+    fake = RecordedRequestFakeKubeApi(
+        inject=[("POST", "mpijobs$", 503), ("GET", "mpijobs/train-c$", 500),
+                ("GET", "mpijobs/train-c$", 429)],
+    )
+    b, out = backend(fake)
+    assert b.run(train_spec("train-c")).succeeded
+    posts = [r for r in fake.requests if r.method == "POST"]
+    assert len(posts) == 2
+    assert "retry 1/5" in out.getvalue()
+
+
+def test_conflict_adopts_same_spec_and_refuses_a_different_one():
+    fake = RecordedRequestFakeKubeApi()
+    b, out = backend(fake, delete_policy="never")
+    b.run(train_spec("train-d"))
+    fake.jobs[("team-a", "train-d")].gets = 0
+    assert b.run(train_spec("train-d")).succeeded  # a retried step finds its own job
+    assert "already exists: waiting on it" in out.getvalue()
+    with pytest.raises(KubernetesError, match="already exists with a different spec"):
+        b.run(train_spec("train-d", workers=4))
+
+
+def test_batch_job_for_single_process_steps():
+    fake = RecordedRequestFakeKubeApi(scripts={"prep": [[], ["Succeeded"]]})
+    b, _ = backend(fake)
+    spec = JobSpec(name="prep", command=["chexflow", "preprocess", "--out", "/data/t"],
+                   volumes=[Volume("chexflow-data", "/data")])
+    assert b.run(spec).resource == "Job/prep"
+    post = fake.requests[0]
+    assert post.path == "/apis/batch/v1/namespaces/team-a/jobs"
+    assert post.body["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert post.body["spec"]["activeDeadlineSeconds"] == spec.timeout_seconds
+
+
+def test_rbac_grants_exactly_the_verbs_the_backend_uses():
+    """Map every recorded request of success, failure and batch runs to (group, resource, verb)."""
+    fake = RecordedRequestFakeKubeApi(
+        scripts={"f": [["Created", "Failed"]]}, logs={"f": "boom"},
+        failures={"f": ("MPIJobFailed", "x")},
+    )
+    b, _ = backend(fake, delete_policy="always")
+    b.run(train_spec("ok"))
+    with pytest.raises(JobFailed):
+        b.run(train_spec("f"))
+    b.run(JobSpec(name="single", command=["chexflow", "evaluate"]))
+    used = set()
+    for r in fake.requests:
+        parts = r.path.strip("/").split("/")
+        group = "" if parts[0] == "api" else parts[1]
+        rest = parts[4:] if parts[0] == "api" else parts[5:]
+        resource = rest[0] + ("/log" if rest[-1] == "log" else "")
+        named = len(rest) >= 2
+        verb = {"POST": "create", "DELETE": "delete"}.get(r.method, "get" if named else "list")
+        used.add((group, resource, verb))
+    role = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "Role"][0]
+    granted = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for res in rule["resources"] for v in rule["verbs"]}
+    assert used == granted
