@@ -16,7 +16,15 @@ from chexflow.errors import ChexflowError
 
 # Modules with a `register(subparsers)` function. Keep imports in them light: heavy libraries
 # (tensorflow, kfp) are imported inside the command functions.
-COMMAND_MODULES = ("chexflow.data.commands", "chexflow.mpijob.commands")
+COMMAND_MODULES = (
+    "chexflow.data.commands",
+    "chexflow.train.commands",
+    "chexflow.evaluate.commands",
+    "chexflow.cluster.commands",
+    "chexflow.slurm.commands",
+    "chexflow.mpijob.commands",
+    "chexflow.katib.commands",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,43 @@
+"""`chexflow evaluate`: per-class AUROC with bootstrap CIs, ROC plot and report for a split."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="AUROC per pathology with bootstrap 95%% CI, ROC curves and an HTML report",
+    )
+    p.add_argument("--data", type=Path, required=True, help="folder written by chexflow preprocess")
+    p.add_argument(
+        "--model", type=Path, required=True, help="best_model.keras, or a chexflow train --out"
+    )
+    p.add_argument("--split", choices=("train", "val", "test"), default="test")
+    p.add_argument("--out", type=Path, required=True, help="folder for auroc.json, roc.png, ...")
+    p.add_argument(
+        "--bootstrap", type=int, default=10_000, help="resamples for the 95%% CI (0: none)"
+    )
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation")
+    p.set_defaults(func=run_evaluate, trainer=True)
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from chexflow.evaluate.run import evaluate
+
+    summary = evaluate(
+        args.data, args.model, args.split, args.out, args.bootstrap, args.batch_size,
+        args.seed, args.overwrite,
+    )
+    ci = (
+        f" (95% CI {summary['ci_low']:.3f}-{summary['ci_high']:.3f})"
+        if summary["ci_low"] is not None else ""
+    )
+    mean = summary["mean"]
+    print(f"mean_auroc={mean:.4f}{ci}" if mean is not None else "mean_auroc=nan")
+    print(f"evaluate: wrote {args.out}/auroc.json, roc.png, report.html, predictions.npz")
+    return 0

@@ -1,0 +1,40 @@
+"""Predictions of a trained model for one split, in TFRecord order (trainer environment)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tqdm import tqdm
+
+from chexflow.train.manifest import Manifest, TrainDataError
+
+
+def predict_split(model_path, manifest: Manifest, split: str, batch_size: int) -> dict:
+    """{image_index, labels, mask, probs} for every image of `split`."""
+    import tensorflow as tf
+
+    from chexflow.train import data
+    from chexflow.train.models import load_model
+
+    model = load_model(model_path)
+    size = model.input_shape[1]
+    if size != manifest.image_size or model.output_shape[-1] != len(manifest.classes):
+        raise TrainDataError(
+            f"--model {model_path} takes {size} px images and has {model.output_shape[-1]} "
+            f"outputs; {manifest.root}/manifest.json has {manifest.image_size} px images and "
+            f"{len(manifest.classes)} classes"
+        )
+    ds, count = data.eval_dataset(manifest, split, batch_size)
+    parts = {"image_index": [], "labels": [], "mask": [], "probs": []}
+    try:
+        with tqdm(total=count, desc=f"predict {split}", unit="img") as bar:
+            for x, y, m, k in ds:
+                parts["probs"].append(model(x, training=False).numpy())
+                parts["labels"].append(y.numpy())
+                parts["mask"].append(m.numpy())
+                parts["image_index"].append(k.numpy().astype(str))
+                bar.update(len(k))
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        raise TrainDataError(
+            f"{manifest.root}: corrupt TFRecord in split {split} ({e.message.splitlines()[0]})"
+        ) from e
+    return {k: np.concatenate(v) for k, v in parts.items()}

@@ -1,0 +1,185 @@
+"""Keras callbacks of a Horovod training run: validation AUROC over all ranks, throughput,
+checkpoints and resume state (rank 0), and Katib-parsable epoch lines."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import horovod.tensorflow as hvd_tf
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+from tensorflow import keras
+
+from chexflow.evaluate.auroc import nanmean, per_class_auroc
+from chexflow.train.recipe import masked_bce_numpy
+from chexflow.train.throughput import RankTiming, summarize
+
+
+def gather_rows(array: np.ndarray) -> np.ndarray:
+    """Concatenate every rank's rows (in rank order); ranks may hold different row counts."""
+    return hvd.allgather(tf.constant(array)).numpy()
+
+
+class ValidationAUROC(keras.callbacks.Callback):
+    """Predict this rank's share of the validation split, gather all ranks' predictions and
+    compute val_loss (summed BCE) and val_auroc (nanmean of per-class AUROC) on the whole split.
+    Every rank gets the same figures, so they need no averaging."""
+
+    def __init__(self, dataset: tf.data.Dataset, count: int, num_classes: int, steps=None):
+        super().__init__()
+        self.dataset, self.count, self.c, self.steps = dataset, count, num_classes, steps
+        self._infer = None
+
+    def _predict(self):
+        probs, labels, masks = [], [], []
+        batches = self.dataset if self.steps is None else self.dataset.take(self.steps)
+        if self._infer is None:  # one traced graph, not 121 eager layers per batch
+            spec = tf.TensorSpec((None, *self.model.input_shape[1:]), tf.uint8)
+            self._infer = tf.function(lambda x: self.model(x, training=False), [spec])
+        if self.count:
+            for x, y, m, _ in batches:
+                probs.append(self._infer(x).numpy())
+                labels.append(y.numpy())
+                masks.append(m.numpy())
+        if not probs:
+            empty = np.zeros((0, self.c), np.float32)
+            return empty, empty, empty
+        return (np.concatenate(a).astype(np.float32) for a in (probs, labels, masks))
+
+    def on_epoch_end(self, epoch, logs=None):
+        probs, labels, masks = self._predict()
+        probs, labels, masks = gather_rows(probs), gather_rows(labels), gather_rows(masks)
+        logs["val_loss"] = masked_bce_numpy(labels, masks, probs)
+        logs["val_auroc"] = nanmean(per_class_auroc(labels, probs, masks))
+        logs["val_images"] = len(labels)
+
+
+class Throughput(keras.callbacks.Callback):
+    """Images/s of this rank over each epoch's steps after `warmup_steps`; per-rank figures
+    are gathered at each epoch end, and the total is their sum."""
+
+    def __init__(self, batch_size: int, warmup_steps: int):
+        super().__init__()
+        self.batch_size, self.warmup = batch_size, warmup_steps
+        self.run = RankTiming(0, 0.0, [], batch_size)
+        self.epochs: list[dict] = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = RankTiming(0, 0.0, [], self.batch_size)
+        self.last = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.last is None:
+            self.last = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if batch >= self.warmup:
+            step = now - self.last
+            for t in (self.epoch, self.run):
+                t.images += self.batch_size
+                t.seconds += step
+                t.step_seconds.append(step)
+        self.last = now
+
+    def on_epoch_end(self, epoch, logs=None):
+        ranks = [RankTiming(**d) for d in hvd_tf.allgather_object(vars(self.epoch))]
+        if all(r.step_seconds for r in ranks):
+            s = summarize(ranks)
+            logs["images_per_sec"] = s.images_per_sec
+            logs["step_time_ms"] = s.step_time_ms
+            self.epochs.append({"epoch": epoch + 1, **s.as_dict()})
+
+    def summary(self) -> dict | None:
+        """The whole run's figures (collective: call on every rank)."""
+        ranks = [RankTiming(**d) for d in hvd_tf.allgather_object(vars(self.run))]
+        if not all(r.step_seconds for r in ranks):
+            return None
+        return summarize(ranks).as_dict()
+
+
+class RunState(keras.callbacks.Callback):
+    """Rank 0 only: after each epoch, a tf.train.Checkpoint (model + optimizer, in
+    checkpoints/), the best model by validation loss (best_model.keras) and state.json."""
+
+    def __init__(self, out: Path, manager: tf.train.CheckpointManager, state: dict, plateau):
+        super().__init__()
+        self.out, self.manager, self.state, self.plateau = out, manager, state, plateau
+
+    def on_epoch_end(self, epoch, logs=None):
+        record = {k: _plain(v) for k, v in (logs or {}).items()}
+        record["epoch"] = epoch + 1
+        record["lr"] = float(keras.backend.get_value(self.model.optimizer.learning_rate))
+        val_loss = record.get("val_loss")
+        best = self.state.get("best")
+        improved = val_loss is None or best is None or (
+            not math.isnan(val_loss) and val_loss < best["val_loss"]
+        )
+        if improved:
+            tmp = self.out / "best_model.tmp.keras"
+            # the same layers without the (Horovod-wrapped) optimizer: weights + architecture
+            keras.Model(self.model.inputs, self.model.outputs, name=self.model.name).save(tmp)
+            tmp.replace(self.out / "best_model.keras")
+            self.state["best"] = {
+                k: record.get(k) for k in ("epoch", "val_loss", "val_auroc", "loss")
+            }
+        self.manager.save(checkpoint_number=epoch + 1)
+        self.state["epoch"] = epoch + 1
+        self.state["history"] = [h for h in self.state.get("history", []) if h["epoch"] <= epoch]
+        self.state["history"].append(record)
+        if self.plateau is not None:
+            self.state["plateau"] = {
+                "best": _plain(self.plateau.best),
+                "wait": self.plateau.wait,
+                "cooldown_counter": self.plateau.cooldown_counter,
+            }
+        write_json(self.out / "checkpoints" / "state.json", self.state)
+
+
+class KatibLines(keras.callbacks.Callback):
+    """Rank 0 only: one `name=value` line per epoch, for Katib's StdOut metrics collector."""
+
+    NAMES = ("val_auroc", "val_loss", "loss", "images_per_sec", "step_time_ms", "lr")
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = dict(logs or {})
+        logs.setdefault("lr", keras.backend.get_value(self.model.optimizer.learning_rate))
+        parts = [f"epoch={epoch + 1}"]
+        for name in self.NAMES:
+            value = _plain(logs.get(name))
+            if value is not None and not math.isnan(value):
+                parts.append(f"{name}={value:.6g}")
+        print(" ".join(parts), flush=True)
+
+
+def _plain(v):
+    if v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write JSON atomically (a killed run never leaves half a file)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(clean(data), indent=2, allow_nan=False))
+    tmp.replace(path)
+
+
+def clean(o):
+    """JSON-safe copy: nan/inf -> None, numpy scalars -> Python numbers."""
+    if isinstance(o, dict):
+        return {str(k): clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [clean(v) for v in o]
+    if isinstance(o, (np.floating, float)):
+        return None if not math.isfinite(float(o)) else float(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    return o

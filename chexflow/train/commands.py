@@ -1,0 +1,31 @@
+"""`chexflow train`: local Horovod launcher, or one rank (--launcher none)."""
+
+from __future__ import annotations
+
+import argparse
+
+from chexflow.train.options import add_train_arguments, worker_argv
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train DenseNet-121/ResNet-50 with Horovod (CheXNet recipe)",
+        description="Train a CheXNet-style classifier. Locally starts --workers Horovod "
+        "processes (horovodrun over gloo); rerun with the same --out to resume.",
+    )
+    add_train_arguments(p, launcher=True)
+    p.set_defaults(func=run_train, trainer=True)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    if args.launcher == "none":
+        from chexflow.train.worker import train
+
+        return train(args)
+    from chexflow.train.launch import resolve_hosts, run_local
+    from chexflow.train.rundir import check_all
+
+    hosts = resolve_hosts(args.workers, args.hosts)
+    check_all(args, args.workers)
+    return run_local(args.workers, hosts, worker_argv(args))

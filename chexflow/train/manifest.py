@@ -1,0 +1,129 @@
+"""Reading a preprocess manifest and checking its TFRecord shards, without TensorFlow.
+
+The checks run before any Horovod process starts, so bad input fails in a second with a
+message naming the file: a missing manifest or shard, a manifest written for another image
+size, a truncated or corrupt shard (TFRecord framing), a shard whose record count differs
+from the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from chexflow.errors import ChexflowError
+
+SPLITS = ("train", "val", "test")
+
+
+class TrainDataError(ChexflowError, ValueError):
+    """The training/evaluation data cannot be used; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    path: Path
+    images: int
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The parts of manifest.json the trainer and evaluator need."""
+
+    root: Path
+    classes: tuple[str, ...]
+    image_size: int
+    splits: dict[str, list[Shard]]
+    label_counts: dict[str, dict[str, int]]
+
+    def images(self, split: str) -> int:
+        return sum(s.images for s in self.splits[split])
+
+
+def load_manifest(data_dir: Path, image_size: int | None = None) -> Manifest:
+    """Read DATA/manifest.json; with image_size, insist that the data was made at that size."""
+    path = Path(data_dir) / "manifest.json"
+    if not path.is_file():
+        raise TrainDataError(
+            f"--data {data_dir}: no manifest.json there; run `chexflow preprocess --out "
+            f"{data_dir}` first"
+        )
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise TrainDataError(f"{path}: not valid JSON ({e})") from e
+    for key in ("classes", "image_size", "splits"):
+        if key not in raw:
+            raise TrainDataError(f"{path}: field {key!r} missing; is this a chexflow manifest?")
+    if raw.get("plan_only"):
+        raise TrainDataError(f"{path}: written by `preprocess --plan-only`: it has no TFRecords")
+    if raw.get("channels", 1) != 1 or raw.get("encoding", "raw-uint8") != "raw-uint8":
+        raise TrainDataError(
+            f"{path}: channels={raw.get('channels')} encoding={raw.get('encoding')!r}; "
+            f"expected channels=1, encoding 'raw-uint8'"
+        )
+    size = int(raw["image_size"])
+    if image_size is not None and size != image_size:
+        raise TrainDataError(
+            f"{path}: image_size is {size} px but --image-size is {image_size}; run "
+            f"`chexflow preprocess --image-size {image_size}` or pass --image-size {size}"
+        )
+    splits, counts = {}, {}
+    for split in SPLITS:
+        entry = raw["splits"].get(split)
+        if entry is None:
+            raise TrainDataError(f"{path}: splits.{split} missing")
+        splits[split] = [
+            Shard(Path(data_dir) / s["path"], int(s["images"])) for s in entry.get("shards", [])
+        ]
+        counts[split] = dict(entry.get("labels", {}))
+    return Manifest(Path(data_dir), tuple(raw["classes"]), size, splits, counts)
+
+
+def count_records(path: Path) -> int:
+    """Records in one TFRecord file, walking its framing (length, crc, data, crc).
+
+    Raises TrainDataError for a file that is truncated or whose length fields are garbage.
+    """
+    size = os.path.getsize(path)
+    n = 0
+    pos = 0
+    with open(path, "rb") as f:
+        while pos < size:
+            header = f.read(12)
+            if len(header) < 12:
+                raise TrainDataError(f"{path}: corrupt TFRecord: truncated header at byte {pos}")
+            (length,) = struct.unpack("<Q", header[:8])
+            end = pos + 12 + length + 4
+            if end > size:
+                raise TrainDataError(
+                    f"{path}: corrupt TFRecord: record {n} at byte {pos} claims {length} bytes, "
+                    f"past the end of the {size}-byte file (truncated or not a TFRecord)"
+                )
+            f.seek(end)
+            pos = end
+            n += 1
+    return n
+
+
+def verify_shards(manifest: Manifest, split: str, shards: list[Shard] | None = None) -> int:
+    """Check that every shard of a split exists and holds the records the manifest says."""
+    shards = manifest.splits[split] if shards is None else shards
+    if not shards:
+        raise TrainDataError(f"{manifest.root}/manifest.json: split {split!r} has no shards")
+    total = 0
+    for shard in shards:
+        if not shard.path.is_file():
+            raise TrainDataError(
+                f"{shard.path}: TFRecord shard listed in {manifest.root}/manifest.json is missing"
+            )
+        found = count_records(shard.path)
+        if found != shard.images:
+            raise TrainDataError(
+                f"{shard.path}: {found} records, but manifest.json lists {shard.images}"
+            )
+        total += found
+    return total

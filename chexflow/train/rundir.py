@@ -1,0 +1,105 @@
+"""Checks on a training run's inputs and its --out folder, without TensorFlow.
+
+The launcher runs them before starting any worker; rank 0 of the workers runs them again (an
+MPIJob starts the workers directly). A non-empty --out must be an earlier run of the same
+model, image size and data (it is then resumed); anything else is refused, never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from chexflow.errors import ChexflowError
+from chexflow.train.manifest import Manifest, load_manifest, verify_shards
+from chexflow.train.options import MODELS
+
+RUN_FILE = "run.json"
+# run.json fields that must match for a rerun to resume the same run
+RESUME_KEYS = ("model", "image_size", "data", "synthetic_data", "shuffle_labels")
+
+
+class RunError(ChexflowError, ValueError):
+    """Bad training options or an --out that holds something else."""
+
+
+def run_identity(args: argparse.Namespace) -> dict:
+    return {
+        "model": args.model,
+        "image_size": args.image_size,
+        "data": str(Path(args.data).resolve()) if args.data else None,
+        "synthetic_data": bool(args.synthetic_data),
+        "shuffle_labels": bool(args.shuffle_labels),
+    }
+
+
+def check_options(args: argparse.Namespace) -> None:
+    if args.model not in MODELS:
+        raise RunError(f"--model {args.model!r}: expected one of {', '.join(MODELS)}")
+    for name in ("epochs", "batch_size", "image_size"):
+        if getattr(args, name) < 1:
+            raise RunError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    if args.image_size < 32:
+        raise RunError(f"--image-size {args.image_size}: Keras' models need at least 32 px")
+    if args.steps_per_epoch is not None and args.steps_per_epoch < 1:
+        raise RunError(f"--steps-per-epoch {args.steps_per_epoch}: must be >= 1")
+    if args.lr <= 0:
+        raise RunError(f"--lr {args.lr}: must be > 0")
+    if args.data is None and not args.synthetic_data:
+        raise RunError("--data is required (or --synthetic-data for a throughput run)")
+    if args.shuffle_labels and args.synthetic_data:
+        raise RunError("--shuffle-labels needs real --data, not --synthetic-data")
+    if args.weights not in ("none", "imagenet") and not Path(args.weights).exists():
+        raise RunError(
+            f"--weights {args.weights}: no such file (expected none, imagenet, a Keras .h5 "
+            f"backbone weights file or a .keras model written by chexflow train)"
+        )
+
+
+def check_data(args: argparse.Namespace, workers: int) -> Manifest | None:
+    """Load and verify the manifest and the train/val shards; None for synthetic-only runs."""
+    if args.data is None:
+        return None
+    manifest = load_manifest(args.data, args.image_size)
+    verify_shards(manifest, "train")
+    if manifest.images("val"):
+        verify_shards(manifest, "val")
+    if not args.synthetic_data and manifest.images("train") < args.batch_size * workers:
+        raise RunError(
+            f"{args.data}/manifest.json: {manifest.images('train')} training images, fewer than "
+            f"one step of --batch-size {args.batch_size} x {workers} workers"
+        )
+    return manifest
+
+
+def check_out(args: argparse.Namespace) -> dict | None:
+    """The earlier run in --out to resume (its run.json), or None for a fresh folder."""
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out {out}: exists and is not a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return None
+    run_file = out / RUN_FILE
+    if not run_file.is_file():
+        raise RunError(
+            f"--out {out}: not empty and not a chexflow training run (no {RUN_FILE}); choose an "
+            f"empty or new folder so nothing there is overwritten"
+        )
+    earlier = json.loads(run_file.read_text())
+    mine = run_identity(args)
+    diff = [k for k in RESUME_KEYS if earlier.get(k) != mine[k]]
+    if diff:
+        what = ", ".join(f"{k}: {earlier.get(k)!r} there, {mine[k]!r} now" for k in diff)
+        raise RunError(
+            f"--out {out}: holds a different run ({what}); use a new --out or the same options "
+            f"to resume it"
+        )
+    return earlier
+
+
+def check_all(args: argparse.Namespace, workers: int) -> Manifest | None:
+    check_options(args)
+    manifest = check_data(args, workers)
+    check_out(args)
+    return manifest

@@ -1,0 +1,265 @@
+"""The Horovod training entry point: `python -m chexflow.train.worker OPTIONS`.
+
+One process per rank. horovodrun starts it locally (`chexflow train`), mpirun starts it in an
+MPIJob, srun under Slurm; Katib trials run it the same way. One GPU per process, pinned by
+local rank; on CPU each process gets cores / local_size threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from chexflow.errors import ChexflowError
+from chexflow.train.launch import ERROR_FILE_ENV
+from chexflow.train.options import add_train_arguments
+from chexflow.train.rundir import RUN_FILE, check_all, run_identity
+
+
+def _configure_devices(tf, local_rank: int, local_size: int) -> str:
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu = gpus[local_rank % len(gpus)]
+        tf.config.experimental.set_memory_growth(gpu, True)
+        tf.config.set_visible_devices(gpu, "GPU")
+        return f"GPU {gpu.name}"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = max(1, cores // max(local_size, 1))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(2)
+    return f"CPU, {threads} threads"
+
+
+def _collective_check(hvd, fn):
+    """Run fn on rank 0; every rank raises rank 0's ChexflowError (no rank is left waiting)."""
+    result, error = None, None
+    if hvd.rank() == 0:
+        try:
+            result = fn()
+        except ChexflowError as e:
+            error = (type(e), str(e))
+    error = hvd.broadcast_object(error, root_rank=0)
+    if error:
+        raise error[0](error[1])
+    return result
+
+
+def _build_model(hvd, args, num_classes: int):
+    """Build the model; local rank 0 of each host fetches ImageNet weights first."""
+    from chexflow.train.models import WeightsError, build_model
+
+    model, error = None, None
+    if hvd.local_rank() == 0 or args.weights != "imagenet":
+        try:
+            model = build_model(args.model, args.image_size, num_classes, args.weights, args.seed)
+        except WeightsError as e:
+            error = str(e)
+    errors = [e for e in hvd.allgather_object(error) if e]
+    if errors:
+        raise WeightsError(errors[0])
+    if model is None:  # the weights are in the local Keras cache now
+        model = build_model(args.model, args.image_size, num_classes, args.weights, args.seed)
+    return model
+
+
+def train(args: argparse.Namespace) -> int:
+    """Train on this rank (collective: every rank of the Horovod job runs it)."""
+    started = time.time()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import horovod.tensorflow as hvd_tf
+    import horovod.tensorflow.keras as hvd
+    import tensorflow as tf
+    from tensorflow import keras
+
+    from chexflow.pathologies import PATHOLOGIES
+    from chexflow.train import callbacks as cb
+    from chexflow.train import data, recipe
+
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    device = _configure_devices(tf, hvd.local_rank(), hvd.local_size())
+    manifest = _collective_check(hvd_tf, lambda: check_all(args, size))
+    manifest = hvd_tf.broadcast_object(manifest, root_rank=0)
+    out = Path(args.out)
+    if rank == 0:
+        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (out / RUN_FILE).write_text(json.dumps(run_identity(args), indent=2))
+    keras.utils.set_random_seed(args.seed)
+    if args.amp:
+        gpu = bool(tf.config.list_physical_devices("GPU"))
+        keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "mixed_bfloat16")
+
+    classes = manifest.classes if manifest else PATHOLOGIES
+    c = len(classes)
+    model = _build_model(hvd_tf, args, c)
+    scaled_lr = args.lr * size
+    weights = (None, None)
+    if args.weighted_loss and manifest:
+        weights = recipe.class_weights(
+            manifest.label_counts["train"], manifest.images("train"), classes
+        )
+    model.compile(
+        optimizer=hvd.DistributedOptimizer(recipe.adam(scaled_lr)),
+        loss=recipe.MaskedBCE(c, *weights),
+        jit_compile=bool(args.xla),
+    )
+    model.optimizer.build(model.trainable_variables)
+
+    # resume: rank 0 reads state.json and the last checkpoint; variables are broadcast
+    ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(ckpt, str(out / "checkpoints"), max_to_keep=2)
+    state = {}
+    state_file = out / "checkpoints" / "state.json"
+    if rank == 0 and state_file.exists() and manager.latest_checkpoint:
+        state = json.loads(state_file.read_text())
+        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    state = hvd_tf.broadcast_object(state, root_rank=0)
+    hvd_tf.broadcast_variables(model.variables + model.optimizer.variables, root_rank=0)
+    initial_epoch = int(state.get("epoch", 0))
+    if rank == 0:
+        print(
+            f"train: {args.model} {args.image_size}px, {size} workers ({device}), batch "
+            f"{args.batch_size}/worker, lr {args.lr} x {size}"
+            + (f"; resumed after epoch {initial_epoch} from {manager.latest_checkpoint}"
+               if initial_epoch else ""),
+            flush=True,
+        )
+
+    if args.synthetic_data:
+        train_ds = data.synthetic_dataset(args.image_size, c, args.batch_size, args.seed + rank)
+        steps = args.steps_per_epoch or 50
+    else:
+        train_ds = data.train_dataset(
+            manifest, args.batch_size, rank, size, args.seed, args.shuffle_labels
+        )
+        steps = args.steps_per_epoch or max(
+            1, manifest.images("train") // (args.batch_size * size)
+        )
+
+    throughput = cb.Throughput(args.batch_size, args.warmup_steps)
+    plateau = None
+    callbacks: list = []
+    if not args.synthetic_data and manifest.images("val"):
+        val_ds, val_count = data.eval_dataset(manifest, "val", args.batch_size, rank, size)
+        callbacks.append(cb.ValidationAUROC(val_ds, val_count, c, args.validation_steps))
+        plateau = recipe.plateau_callback()
+        if "plateau" in state:
+            plateau.on_train_begin()
+            plateau.best = state["plateau"]["best"] if state["plateau"]["best"] is not None \
+                else plateau.best
+            plateau.wait = state["plateau"]["wait"]
+            plateau.cooldown_counter = state["plateau"]["cooldown_counter"]
+            plateau.on_train_begin = lambda logs=None: None  # keep the restored state
+    callbacks += [throughput, hvd.callbacks.MetricAverageCallback()]
+    if size > 1 and args.lr_warmup_epochs > 0:
+        callbacks.append(
+            hvd.callbacks.LearningRateWarmupCallback(
+                initial_lr=scaled_lr, warmup_epochs=args.lr_warmup_epochs,
+                steps_per_epoch=steps, verbose=0,
+            )
+        )
+    if plateau is not None:
+        callbacks.append(plateau)
+    if rank == 0:
+        callbacks += [
+            cb.RunState(out, manager, state, plateau),
+            keras.callbacks.TensorBoard(str(out / "logs"), profile_batch=0),
+            cb.KatibLines(),
+        ]
+
+    if initial_epoch < args.epochs:
+        try:
+            model.fit(
+                train_ds, epochs=args.epochs, initial_epoch=initial_epoch,
+                steps_per_epoch=steps, callbacks=callbacks, verbose=2 if rank == 0 else 0,
+            )
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            from chexflow.train.manifest import TrainDataError
+
+            raise TrainDataError(
+                f"--data {args.data}: corrupt TFRecord data while training "
+                f"({type(e).__name__}: {e.message.splitlines()[0][:300]})"
+            ) from e
+    elif rank == 0:
+        print(f"train: {out} already holds {initial_epoch} epochs; nothing to do", flush=True)
+
+    summary = throughput.summary()
+    if rank == 0:
+        state = json.loads(state_file.read_text()) if state_file.exists() else state
+        metrics = _metrics(args, size, state, summary, throughput.epochs, started)
+        cb.write_json(out / "metrics.json", metrics)
+        print(
+            "final " + " ".join(
+                f"{k}={metrics[k]:.6g}" for k in ("val_auroc", "val_loss", "images_per_sec")
+                if isinstance(metrics.get(k), float) and math.isfinite(metrics[k])
+            ),
+            flush=True,
+        )
+        print(f"train: wrote {out / 'metrics.json'} and {out / 'best_model.keras'}", flush=True)
+    return 0
+
+
+def _metrics(args, size, state, summary, epochs, started) -> dict:
+    best = state.get("best") or {}
+    history = state.get("history", [])
+    last = history[-1] if history else {}
+    earlier = json.loads((Path(args.out) / "metrics.json").read_text()) \
+        if (Path(args.out) / "metrics.json").exists() else {}
+    wall = time.time() - started
+    return {
+        "model": args.model,
+        "workers": size,
+        "image_size": args.image_size,
+        "batch_size_per_worker": args.batch_size,
+        "global_batch_size": args.batch_size * size,
+        "epochs": int(state.get("epoch", 0)),
+        "lr": args.lr,
+        "scaled_lr": args.lr * size,
+        "weights": args.weights,
+        "synthetic_data": bool(args.synthetic_data),
+        "shuffle_labels": bool(args.shuffle_labels),
+        "amp": bool(args.amp),
+        "xla": bool(args.xla),
+        "val_auroc": best.get("val_auroc"),
+        "val_loss": best.get("val_loss"),
+        "best_epoch": best.get("epoch"),
+        "last_epoch": last,
+        **(summary or {"images_per_sec": None, "images_per_sec_per_worker": None}),
+        "warmup_steps": args.warmup_steps,
+        "throughput_per_epoch": epochs,
+        "wall_seconds": round(wall, 2),
+        "wall_seconds_total": round(wall + (earlier.get("wall_seconds_total") or 0), 2),
+        "history": history,
+        "best_model": str(Path(args.out) / "best_model.keras"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m chexflow.train.worker",
+        description="One Horovod rank of a chexflow training run.",
+    )
+    add_train_arguments(parser, launcher=False)
+    args = parser.parse_args(argv)
+    try:
+        return train(args)
+    except ChexflowError as e:
+        message = str(e)
+        error_file = os.environ.get(ERROR_FILE_ENV)
+        if error_file:
+            try:
+                with open(error_file, "x") as f:
+                    f.write(message)
+            except FileExistsError:
+                pass
+        print(f"chexflow train: error: {message}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
