@@ -1,0 +1,112 @@
+"""`chexflow tune SPEC.yaml [--local|--cluster] [--dry-run] [--trial-command CMD] [--state DIR]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+from pathlib import Path
+
+from chexflow.errors import ChexflowError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="run a Katib Experiment YAML: locally (trials as local jobs) or on a cluster",
+        description="Run a Katib Experiment (kubeflow.org/v1beta1) locally with the suggestion "
+        "libraries Katib uses, or create it on a cluster and wait for it.",
+    )
+    p.add_argument("spec", type=Path, help="Experiment YAML")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="run trials here (default)")
+    where.add_argument("--cluster", action="store_true",
+                       help="create the Experiment with the Kubernetes client and wait for it")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the next suggestions (--cluster: server-side dry run) and stop")
+    p.add_argument("--trial-command", metavar="CMD",
+                   help="shell command run for each trial instead of the trialSpec's container; "
+                   "${trialParameters.NAME} is substituted")
+    p.add_argument("--state", type=Path,
+                   help="sweep state and results folder (default: runs/tune/EXPERIMENT); "
+                   "rerun with the same folder to resume")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
+                   help="change the spec, e.g. spec.maxTrialCount=4 (repeatable)")
+    p.add_argument("--trial-arg", dest="trial_args", action="append", default=[],
+                   metavar="NAME=VALUE",
+                   help="set --NAME VALUE in the trial container's command (repeatable)")
+    p.add_argument("--volume", dest="volumes", action="append", default=[], metavar="NAME=DIR",
+                   help="local folder for the trialSpec volume NAME (default: STATE/volumes/NAME)")
+    p.add_argument("--namespace", help="--cluster: namespace (default: the spec's)")
+    p.add_argument("--timeout", type=float, default=24 * 3600,
+                   help="--cluster: seconds to wait for the end")
+    p.add_argument("--poll-interval", type=float, default=15.0, help="--cluster: seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_tune)
+
+
+def _volumes(items: list[str]) -> dict[str, Path]:
+    out = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ChexflowError(f"--volume {item!r}: expected NAME=DIR")
+        if not Path(path).is_dir():
+            raise ChexflowError(f"--volume {item}: {path} is not a folder")
+        out[name] = Path(path).resolve()
+    return out
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from chexflow.katib.spec import load_experiment
+
+    exp = load_experiment(args.spec, args.overrides)
+    state_dir = args.state or Path("runs") / "tune" / exp.name
+    if args.cluster:
+        from chexflow.katib.cluster import run_on_cluster
+
+        result = run_on_cluster(exp, state_dir, args.namespace, args.timeout,
+                                args.poll_interval, args.dry_run)
+        if result:
+            cond = result["condition"]
+            print(f"experiment {exp.name}: {cond.get('type')} ({cond.get('reason')})")
+            print("optimal trial: " + json.dumps(result["optimal"]))
+            return 0 if cond.get("type") == "Succeeded" else 1
+        return 0
+    return _run_local(args, exp, state_dir)
+
+
+def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
+    from chexflow.katib.local import LocalRunner, dry_run
+    from chexflow.katib.results import table_text, write_results
+    from chexflow.katib.state import open_state
+    from chexflow.katib.suggest import LIBRARY
+
+    volumes = _volumes(args.volumes)
+    state = open_state(state_dir, exp.name, exp.fingerprint(), exp.raw, args.trial_command,
+                       seed=secrets.randbelow(2**31 - 1), create=not args.dry_run)
+    if args.dry_run:
+        nxt = dry_run(exp, state, args.trial_command, volumes, args.trial_args)
+        print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}; "
+              f"{len(state.trials)} trials so far; next {len(nxt)}:")
+        for s in nxt:
+            print(json.dumps(s))
+        return 0
+    state.lock()
+    print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}, "
+          f"{exp.parallel_trial_count} in parallel, state in {state_dir}")
+    runner = LocalRunner(exp, state, args.trial_command, volumes, args.trial_args,
+                         progress=not args.no_progress)
+    cond = runner.run()
+    summary = write_results(exp, state)
+    print(table_text(_rows_for_print(summary)))
+    print(f"experiment {exp.name}: {cond['type']} ({cond['reason']}: {cond['message']})")
+    if summary["optimal"]:
+        print("optimal trial: " + json.dumps(summary["optimal"]))
+    print(f"results: {state_dir}/results.{{json,csv,html}}, optimal.json, objective.png")
+    return 0 if cond["type"] == "Succeeded" else 1
+
+
+def _rows_for_print(summary: dict) -> list[dict]:
+    drop = {"message", "metric_logs", "started", "finished"}
+    return [{k: v for k, v in t.items() if k not in drop} for t in summary["trials"]]

@@ -1,0 +1,422 @@
+"""The local Katib runner: suggestions, parallel trials, StdOut metrics, medianstop, end conditions.
+
+It follows Katib's controllers: up to parallelTrialCount trials run at once and never more than
+maxTrialCount in all; a trial whose job exits non-zero is Failed, one that exits 0 without its
+objective metric is MetricsUnavailable, one stopped by medianstop is EarlyStopped. After every
+trial event the state is saved. The experiment ends as Katib's does, checked in this order:
+goal reached (Succeeded), Failed + MetricsUnavailable >= maxFailedTrialCount (Failed), completed
+trials >= maxTrialCount (Succeeded), search space exhausted with no trial active (Succeeded).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chexflow.errors import ChexflowError
+from chexflow.katib.earlystop import RuleChecker, StopRule, median_rule
+from chexflow.katib.metrics import StdOutCollector, metric_values
+from chexflow.katib.spec import Experiment
+from chexflow.katib.state import (
+    COMPLETED,
+    TRIAL_ENV,
+    SweepState,
+    TrialRecord,
+    kill_leftover,
+    now,
+)
+from chexflow.katib.suggest import History, SearchSpaceExhausted, make_suggester
+from chexflow.katib.trialspec import (
+    local_command,
+    render_command_string,
+    render_trial_spec,
+    trial_values,
+)
+
+NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+KILL_GRACE_S = 10.0
+
+
+class SweepInterrupted(ChexflowError):
+    """The runner was interrupted; the state folder resumes the sweep."""
+
+
+def objective_value(exp: Experiment, rec: TrialRecord) -> float | None:
+    """The trial's objective after its metricStrategy, when it has a usable result."""
+    if rec.status not in ("Succeeded", "EarlyStopped"):
+        return None
+    return metric_values(exp.objective, rec.logs).get(exp.objective.metric)
+
+
+def optimal_trial(exp: Experiment, trials: list[TrialRecord]) -> TrialRecord | None:
+    best, best_value = None, None
+    for rec in trials:
+        v = objective_value(exp, rec)
+        if v is not None and (best_value is None or exp.objective.better(v, best_value)):
+            best, best_value = rec, v
+    return best
+
+
+def end_condition(exp: Experiment, trials: list[TrialRecord], exhausted: bool
+                  ) -> tuple[str, str, str] | None:
+    """(type, reason, message) when the experiment is over, in Katib's order of checks."""
+    best = optimal_trial(exp, trials)
+    if best is not None and exp.objective.goal_reached(objective_value(exp, best)):
+        return ("Succeeded", "ExperimentGoalReached",
+                "Experiment has succeeded because Objective goal has reached")
+    failed = sum(t.status in ("Failed", "MetricsUnavailable") for t in trials)
+    limit = exp.max_failed_trial_count
+    if limit is not None and failed != 0 and failed >= limit:
+        return ("Failed", "ExperimentFailed",
+                "Experiment has failed because max failed count has reached")
+    completed = sum(t.status in COMPLETED for t in trials)
+    if exp.max_trial_count is not None and completed >= exp.max_trial_count:
+        return ("Succeeded", "ExperimentMaxTrialsReached",
+                "Experiment has succeeded because max trial count has reached")
+    if exhausted and not any(t.active for t in trials):
+        return ("Succeeded", "ExperimentSuggestionEndReached",
+                "Experiment has succeeded because suggestion service has reached the end")
+    return None
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the runner dies (Linux prctl PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+@dataclass
+class _Running:
+    rec: TrialRecord
+    proc: subprocess.Popen
+    checker: RuleChecker
+    stop_requested: bool = False
+    thread: threading.Thread | None = None
+    lines: list[str] = field(default_factory=list)
+
+
+class LocalRunner:
+    def __init__(self, exp: Experiment, state: SweepState, trial_command: str | None = None,
+                 volumes: dict[str, Path] | None = None, trial_args: list[str] | None = None,
+                 echo: Callable[[str], None] = print, progress: bool = True):
+        self.exp = exp
+        self.state = state
+        self.trial_command = trial_command
+        self.volumes = volumes or {}
+        self.trial_args = trial_args or []
+        self.echo = echo
+        self.progress = progress
+        self.collector = StdOutCollector(exp.objective.metric_names, exp.metrics_formats)
+        self.suggester = make_suggester(exp, state.seed)
+        self.events: queue.Queue = queue.Queue()
+        self.running: dict[str, _Running] = {}
+        self.lock = threading.Lock()
+        self.exhausted = False
+        self.bar = None
+
+    # ---- trials -------------------------------------------------------------------------
+    def history(self) -> list[History]:
+        return [
+            History(t.parameters, objective_value(self.exp, t), t.active, t.optuna_attrs)
+            for t in self.state.trials
+        ]
+
+    def _new_name(self) -> str:
+        import secrets
+
+        taken = {t.name for t in self.state.trials}
+        while True:
+            suffix = "".join(secrets.choice(NAME_ALPHABET) for _ in range(8))
+            name = f"{self.exp.name}-{suffix}"
+            if name not in taken:
+                return name
+
+    def _rule(self) -> StopRule | None:
+        logs = [t.logs.get(self.exp.objective.metric, []) for t in self.state.trials
+                if t.status == "Succeeded"]
+        return median_rule(self.exp, logs)
+
+    def trial_dir(self, rec: TrialRecord) -> Path:
+        d = self.state.directory / "trials" / rec.name
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def command_for(self, rec: TrialRecord) -> tuple[list[str] | str, dict[str, str]]:
+        """argv (or a shell string for --trial-command) and extra environment."""
+        if self.trial_command is not None:
+            values = trial_values(self.exp, rec.name, rec.parameters)
+            return render_command_string(self.trial_command, values), {}
+        spec = render_trial_spec(self.exp, rec.name, rec.parameters)
+        return local_command(self.exp, spec, self.volumes, self.state.directory / "volumes",
+                             self.trial_args)
+
+    def suggest(self, n: int) -> list[TrialRecord]:
+        try:
+            suggestions = self.suggester.suggest(self.history(), n)
+        except SearchSpaceExhausted:
+            self.exhausted = True
+            return []
+        out = []
+        for s in suggestions:
+            rule = self._rule()
+            rec = TrialRecord(
+                name=self._new_name(), index=len(self.state.trials), parameters=s.parameters,
+                rule=rule.to_dict() if rule else None, optuna_attrs=s.optuna_attrs,
+            )
+            self.state.trials.append(rec)
+            out.append(rec)
+        if not out:
+            self.exhausted = True
+        self._save()
+        return out
+
+    def _save(self) -> None:
+        with self.lock:
+            self.state.save()
+
+    def launch(self, rec: TrialRecord) -> None:
+        cmd, extra_env = self.command_for(rec)
+        env = {**os.environ, **extra_env, TRIAL_ENV: rec.name,
+               "CHEXFLOW_KATIB_EXPERIMENT": self.exp.name}
+        log = open(self.trial_dir(rec) / "stdout.log", "a", encoding="utf-8")  # noqa: SIM115
+        shown = cmd if isinstance(cmd, str) else " ".join(cmd)
+        log.write(f"--- {now()} attempt {rec.restarts + 1}: {shown}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            cmd, shell=isinstance(cmd, str), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, env=env,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )
+        rec.status, rec.started, rec.pgid = "Running", now(), proc.pid
+        rec.command = [shown]
+        rec.logs = {}
+        rule = StopRule(**rec.rule) if rec.rule else None
+        run = _Running(rec, proc, RuleChecker(rule, self.exp.objective.maximize))
+        run.thread = threading.Thread(target=self._watch, args=(run, log), daemon=True)
+        self.running[rec.name] = run
+        self._save()
+        run.thread.start()
+
+    def _watch(self, run: _Running, log) -> None:
+        """Reader thread: log lines, collect metrics, apply the stop rule; report the exit."""
+        with log:
+            for line in run.proc.stdout:
+                log.write(line)
+                log.flush()
+                run.lines = (run.lines + [line.rstrip()])[-5:]
+                found = self.collector.parse(line)
+                if not found:
+                    continue
+                with self.lock:
+                    for name, value in found:
+                        run.rec.logs.setdefault(name, []).append(value)
+                        if not run.stop_requested and run.checker.report(name, value):
+                            run.stop_requested = True
+                            self._terminate(run)
+                self.events.put(("metrics", run.rec.name))
+            code = run.proc.wait()
+        self.events.put(("exit", run.rec.name, code))
+
+    def _terminate(self, run: _Running) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.proc.pid, signal.SIGTERM)
+
+        def force():
+            if run.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(run.proc.pid, signal.SIGKILL)
+
+        timer = threading.Timer(KILL_GRACE_S, force)
+        timer.daemon = True
+        timer.start()
+
+    def _finish(self, name: str, code: int) -> None:
+        run = self.running.pop(name)
+        rec = run.rec
+        rec.exit_code, rec.finished, rec.pgid = code, now(), None
+        if run.stop_requested:
+            rule = run.checker.rule
+            rec.status = "EarlyStopped"
+            rec.message = (f"best {rule.metric}={run.checker.best:.6g} is "
+                           f"{rule.comparison} than the rule value {rule.value:.6g}")
+        elif code != 0:
+            rec.status = "Failed"
+            tail = " | ".join(x for x in run.lines if x)[-300:]
+            rec.message = f"exit code {code}" + (f": {tail}" if tail else "")
+        elif self.exp.objective.metric not in rec.logs:
+            rec.status = "MetricsUnavailable"
+            rec.message = f"objective metric {self.exp.objective.metric} was never reported"
+        else:
+            rec.status = "Succeeded"
+        self._save()
+        self._report(rec)
+
+    def _report(self, rec: TrialRecord) -> None:
+        params = " ".join(f"{k}={v}" for k, v in rec.parameters.items())
+        metrics = metric_values(self.exp.objective, rec.logs)
+        shown = " ".join(f"{k}={v:.6g}" for k, v in metrics.items())
+        line = f"trial {rec.name} {rec.status}: {params}" + (f" -> {shown}" if shown else "")
+        if rec.status in ("Failed", "MetricsUnavailable", "EarlyStopped"):
+            line += f" ({rec.message})"
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.write(line)
+        else:
+            self.echo(line)
+
+    # ---- the sweep ----------------------------------------------------------------------
+    def recover(self) -> None:
+        """Trials a dead runner left Created/Running: kill leftovers, run them again."""
+        for rec in self.state.trials:
+            if rec.active:
+                killed = kill_leftover(rec)
+                if rec.status == "Running":
+                    rec.restarts += 1
+                    self.echo(f"trial {rec.name} was interrupted; running it again"
+                              + (f" (stopped {killed} leftover processes)" if killed else ""))
+                rec.status, rec.logs, rec.pgid = "Created", {}, None
+        self._save()
+
+    def run(self) -> dict:
+        """Run the sweep to an end condition; returns that condition."""
+        from tqdm import tqdm
+
+        st = self.state
+        if st.finished_condition:
+            return st.finished_condition
+        self.recover()
+        if not st.conditions:
+            st.condition("Created", "True", "ExperimentCreated", "Experiment is created")
+        st.condition("Running", "True", "ExperimentRunning", "Experiment is running")
+        self._save()
+        done = sum(t.status in COMPLETED for t in st.trials)
+        if self.progress:
+            self.bar = tqdm(total=self.exp.max_trial_count, initial=done, unit="trial",
+                            desc=self.exp.name, leave=False)
+        previous = signal.signal(signal.SIGTERM, self._sigterm)
+        try:
+            cond = self._loop()
+        except BaseException:
+            self._stop_all(final=False)
+            raise
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if self.bar is not None:
+                self.bar.close()
+        self._stop_all(final=True)
+        st.condition("Running", "False", cond[1], cond[2])
+        st.condition(cond[0], "True", cond[1], cond[2])
+        self._save()
+        return st.finished_condition
+
+    def _sigterm(self, signum, frame) -> None:
+        raise SweepInterrupted(f"terminated; resume with the same command (state: "
+                               f"{self.state.directory})")
+
+    def _loop(self) -> tuple[str, str, str]:
+        exp, st = self.exp, self.state
+        while True:
+            cond = end_condition(exp, st.trials, self.exhausted)
+            if cond:
+                return cond
+            for rec in [t for t in st.trials if t.status == "Created"]:
+                if len(self.running) >= exp.parallel_trial_count:
+                    break
+                self.launch(rec)
+            active = sum(t.active for t in st.trials)
+            completed = sum(t.status in COMPLETED for t in st.trials)
+            n = exp.parallel_trial_count - active
+            if exp.max_trial_count is not None:
+                n = min(n, exp.max_trial_count - completed - active)
+            if n > 0 and not self.exhausted:
+                for rec in self.suggest(n):
+                    self.launch(rec)
+                continue
+            if not self.running:
+                if self.exhausted:
+                    continue
+                raise ChexflowError(f"experiment {exp.name}: no trial to run and no end condition")
+            self._wait_event()
+
+    def _wait_event(self) -> None:
+        event = self.events.get()
+        while True:
+            if event[0] == "exit":
+                run = self.running.get(event[1])
+                if run is not None and run.thread is not None:
+                    run.thread.join()
+                self._finish(event[1], event[2])
+            self._save()
+            try:
+                event = self.events.get_nowait()
+            except queue.Empty:
+                return
+
+    def _stop_all(self, final: bool) -> None:
+        """Stop running trials: at the end they are Killed; on interruption they stay Running."""
+        for run in list(self.running.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + KILL_GRACE_S
+        for run in list(self.running.values()):
+            try:
+                run.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(run.proc.pid, signal.SIGKILL)
+                run.proc.wait()
+            if run.thread is not None:
+                run.thread.join(timeout=5)
+            if final:
+                rec = run.rec
+                rec.status, rec.finished, rec.pgid = "Killed", now(), None
+                rec.message = "the experiment ended while the trial was running"
+                rec.exit_code = run.proc.returncode
+        if final:
+            self.running.clear()
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self.events.get_nowait()
+        self._save()
+
+
+def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
+            volumes: dict[str, Path], trial_args: list[str]) -> list[dict[str, Any]]:
+    """The next suggestions and their commands, without running or saving anything."""
+    runner = LocalRunner(exp, state, trial_command, volumes, trial_args, progress=False)
+    active = sum(t.active for t in state.trials)
+    completed = sum(t.status in COMPLETED for t in state.trials)
+    n = exp.parallel_trial_count - active
+    if exp.max_trial_count is not None:
+        n = min(n, exp.max_trial_count - completed - active)
+    if n <= 0 or state.finished_condition:
+        return []
+    try:
+        suggestions = runner.suggester.suggest(runner.history(), n)
+    except SearchSpaceExhausted:
+        return []
+    out = []
+    for i, s in enumerate(suggestions):
+        rec = TrialRecord(name=f"{exp.name}-next{i + 1}", index=len(state.trials) + i,
+                          parameters=s.parameters)
+        if trial_command is not None:
+            cmd = render_command_string(trial_command, trial_values(exp, rec.name, s.parameters))
+        else:
+            spec = render_trial_spec(exp, rec.name, s.parameters)
+            from chexflow.katib.trialspec import primary_container
+
+            container, _ = primary_container(exp, spec)
+            argv = (container.get("command") or []) + (container.get("args") or [])
+            cmd = " ".join(map(str, argv))
+        out.append({"trial": rec.name, "parameters": s.parameters, "command": cmd})
+    return out

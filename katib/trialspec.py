@@ -1,0 +1,223 @@
+"""From a trialTemplate and an assignment to the command a local trial runs.
+
+`render_trial_spec` substitutes `${trialParameters.*}` (parameter values and Katib's metadata
+references such as `${trialSpec.Name}`). `local_command` takes the primary container's
+command + args; an MPIJob launcher's `mpirun -np N ... python ...` becomes
+`horovodrun -np N -H localhost:N --gloo TRAINER_PYTHON ...` (the trainer environment plays the
+training image), and paths under the pod's volumeMounts are mapped to local folders.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from chexflow.errors import ChexflowError
+from chexflow.katib.spec import TRIAL_PARAM_RE, Experiment
+from chexflow.katib.suggest import format_value
+
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
+MPI_NP = ("-np", "-n", "--np", "-c", "--n")
+MPI_ONE_VALUE = {
+    "-x", "-H", "-host", "--host", "-hostfile", "--hostfile", "-machinefile", "--machinefile",
+    "-map-by", "--map-by", "-bind-to", "--bind-to", "-rank-by", "--rank-by", "-npernode",
+    "--npernode", "-N", "-wdir", "--wdir", "-wd", "--prefix", "-path", "--path",
+    "-output-filename", "--output-filename", "-timeout", "--timeout", "-cpus-per-proc",
+    "--cpus-per-proc", "-iface", "--iface", "-ppn",
+}
+MPI_TWO_VALUES = {"-mca", "--mca", "-gmca", "--gmca", "-genv"}
+PYTHONS = ("python", "python3")
+
+
+class TrialSpecError(ChexflowError):
+    """The trialSpec cannot be run locally; the message says which field."""
+
+
+def _substitute(node: Any, values: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _substitute(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute(v, values) for v in node]
+    if isinstance(node, str):
+        return TRIAL_PARAM_RE.sub(lambda m: values[m.group(1)], node)
+    return node
+
+
+def trial_values(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -> dict[str, str]:
+    """`${trialParameters.NAME}` -> its string for this trial."""
+    spec = exp.trial_spec
+    meta = spec.get("metadata") or {}
+    out = {}
+    for tp in exp.trial_parameters:
+        ref = str(tp["reference"])
+        if ref in parameters:
+            out[tp["name"]] = format_value(exp.parameter(ref), parameters[ref])
+        elif ref == "${trialSpec.Name}":
+            out[tp["name"]] = trial_name
+        elif ref == "${trialSpec.Namespace}":
+            out[tp["name"]] = exp.namespace
+        elif ref == "${trialSpec.Kind}":
+            out[tp["name"]] = str(spec.get("kind"))
+        elif ref == "${trialSpec.APIVersion}":
+            out[tp["name"]] = str(spec.get("apiVersion"))
+        else:
+            kind, _, key = ref[len("${trialSpec."):-2].partition("[")
+            source = meta.get("labels" if kind == "Labels" else "annotations") or {}
+            out[tp["name"]] = str(source.get(key, ""))
+    return out
+
+
+def render_trial_spec(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -> dict:
+    return _substitute(copy.deepcopy(exp.trial_spec), trial_values(exp, trial_name, parameters))
+
+
+def render_command_string(command: str, values: dict[str, str]) -> str:
+    """--trial-command: substitute, shell-quoting each value."""
+    def repl(m):
+        if m.group(1) not in values:
+            raise TrialSpecError(
+                f"--trial-command uses ${{trialParameters.{m.group(1)}}}, which "
+                f"spec.trialTemplate.trialParameters does not declare"
+            )
+        return shlex.quote(values[m.group(1)])
+
+    return TRIAL_PARAM_RE.sub(repl, command)
+
+
+def _pod_specs(node: Any) -> list[dict]:
+    """Every pod spec (a mapping with `containers`) inside a trialSpec."""
+    found = []
+    if isinstance(node, dict):
+        if isinstance(node.get("containers"), list):
+            found.append(node)
+        for v in node.values():
+            found += _pod_specs(v)
+    elif isinstance(node, list):
+        for v in node:
+            found += _pod_specs(v)
+    return found
+
+
+def primary_container(exp: Experiment, spec: dict) -> tuple[dict, list[dict]]:
+    """The primary container and every pod spec of the trial (for their volumes)."""
+    name = exp.trial_template.get("primaryContainerName")
+    pods = _pod_specs(spec.get("spec", {}))
+    for pod in pods:
+        for c in pod["containers"]:
+            if c.get("name") == name:
+                return c, pods
+    raise TrialSpecError(
+        f"spec.trialTemplate.primaryContainerName {name!r}: no container of that name in trialSpec"
+    )
+
+
+def volume_mounts(
+    pods: list[dict], volumes: dict[str, Path], default_root: Path
+) -> dict[str, Path]:
+    """mountPath -> local folder: --volume NAME=DIR, else DEFAULT_ROOT/NAME (created)."""
+    out: dict[str, Path] = {}
+    for pod in pods:
+        for c in pod.get("containers", []):
+            for m in c.get("volumeMounts") or []:
+                vname, mpath = m.get("name"), m.get("mountPath")
+                if not vname or not mpath or mpath in out:
+                    continue
+                local = volumes.get(vname)
+                if local is None:
+                    local = default_root / vname
+                    local.mkdir(parents=True, exist_ok=True)
+                out[mpath.rstrip("/") or "/"] = Path(local).resolve()
+    return out
+
+
+def map_paths(argv: list[str], mounts: dict[str, Path]) -> list[str]:
+    """Rewrite container paths under a volume mount (`/data/x`, `--out=/runs/t1`) to local ones."""
+    def one(s: str) -> str:
+        for mpath in sorted(mounts, key=len, reverse=True):
+            if s == mpath or s.startswith(mpath + "/"):
+                return str(mounts[mpath]) + s[len(mpath):]
+        return s
+
+    out = []
+    for a in argv:
+        if a.startswith("-") and "=" in a:
+            flag, _, value = a.partition("=")
+            out.append(f"{flag}={one(value)}")
+        else:
+            out.append(one(a))
+    return out
+
+
+def override_args(argv: list[str], overrides: list[str]) -> list[str]:
+    """--trial-arg NAME=VALUE: set `--NAME VALUE` in the command (replaced, or appended)."""
+    argv = list(argv)
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise TrialSpecError(f"--trial-arg {item!r}: expected NAME=VALUE, e.g. epochs=1")
+        flag = "--" + name.lstrip("-")
+        for i, a in enumerate(argv):
+            if a == flag and i + 1 < len(argv):
+                argv[i + 1] = value
+                break
+            if a.startswith(flag + "="):
+                argv[i] = f"{flag}={value}"
+                break
+        else:
+            argv += [flag, value]
+    return argv
+
+
+def split_mpirun(argv: list[str], where: str) -> tuple[int, list[str]]:
+    """`mpirun -np N [options] PROGRAM ARGS` -> (N, PROGRAM ARGS)."""
+    np_, i = None, 1
+    while i < len(argv):
+        a = argv[i]
+        if a in MPI_NP and i + 1 < len(argv):
+            try:
+                np_ = int(argv[i + 1])
+            except ValueError as e:
+                raise TrialSpecError(f"{where}: mpirun {a} {argv[i + 1]!r} is not a number") from e
+            i += 2
+        elif a in MPI_TWO_VALUES:
+            i += 3
+        elif a in MPI_ONE_VALUE:
+            i += 2
+        elif a.startswith("-"):
+            i += 1
+        else:
+            break
+    if i >= len(argv):
+        raise TrialSpecError(f"{where}: mpirun has no program to run")
+    if np_ is None or np_ < 1:
+        raise TrialSpecError(f"{where}: mpirun needs -np N (the number of workers)")
+    return np_, argv[i:]
+
+
+def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
+                  trial_args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The argv and extra environment a local trial runs for this rendered trialSpec."""
+    from chexflow.envs import REPO_ROOT, trainer_bin, trainer_python
+
+    container, pods = primary_container(exp, spec)
+    where = f"spec.trialTemplate.trialSpec container {container.get('name')!r}"
+    argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    if not argv:
+        raise TrialSpecError(f"{where}: has no command or args to run locally")
+    argv = map_paths(override_args(argv, trial_args), volume_mounts(pods, volumes, default_root))
+    env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
+           if "name" in e and "value" in e}
+    paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    if os.path.basename(argv[0]) in MPI_LAUNCHERS:
+        n, program = split_mpirun(argv, where)
+        if os.path.basename(program[0]) in PYTHONS:
+            program = [str(trainer_python()), *program[1:]]
+        argv = [str(trainer_bin("horovodrun")), "-np", str(n), "-H", f"localhost:{n}", "--gloo",
+                *program]
+    elif os.path.basename(argv[0]) in PYTHONS:
+        argv = [str(trainer_python()), *argv[1:]]
+    return argv, env
