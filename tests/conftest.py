@@ -52,3 +52,31 @@ def nih_tfrecords(nih_raw: Path, tmp_path_factory) -> Path:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+# Training on nih_tfrecords: DenseNet-121 with 2 Horovod workers (CheXNet recipe, 64 px).
+E2E_TRAIN = ("--model", "densenet121", "--workers", 2, "--epochs", 6, "--batch-size", 16,
+             "--lr", 1e-3, "--image-size", 64, "--seed", 0)
+
+
+@pytest.fixture(scope="session")
+def e2e_options():
+    """The e2e training options for a data folder and an --out (used by the shuffled control)."""
+    return lambda data, out: ("--data", data, "--out", out, *E2E_TRAIN)
+
+
+@pytest.fixture(scope="session")
+def densenet_run(nih_tfrecords: Path, tmp_path_factory) -> Path:
+    """`chexflow train` output folder (metrics.json, best_model.keras, ...)."""
+    out = tmp_path_factory.mktemp("densenet") / "run"
+    run_chexflow("train", "--data", nih_tfrecords, "--out", out, *E2E_TRAIN)
+    return out
+
+
+@pytest.fixture(scope="session")
+def densenet_eval(densenet_run: Path, nih_tfrecords: Path, tmp_path_factory) -> Path:
+    """`chexflow evaluate` of densenet_run on the test split (auroc.json, roc.png, ...)."""
+    out = tmp_path_factory.mktemp("densenet-eval") / "test"
+    run_chexflow("evaluate", "--data", nih_tfrecords, "--model", densenet_run, "--split", "test",
+                 "--out", out, "--bootstrap", 500)
+    return out

@@ -1,0 +1,246 @@
+"""Training: the horovodrun command, throughput maths, the CheXNet e2e on generated data
+(2 Horovod workers, AUROC >= 0.80, shuffled-label control <= 0.65), ResNet-50 with resume
+after a killed worker, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import CHEXFLOW, read_json, run_chexflow
+
+from chexflow.evaluate.results import read_auroc
+from chexflow.train.launch import LaunchError, horovodrun_command, parse_hosts, resolve_hosts
+from chexflow.train.manifest import TrainDataError, count_records, load_manifest
+from chexflow.train.results import read_metrics
+from chexflow.train.throughput import RankTiming, jitter, summarize
+
+METRIC_KEYS = {
+    "model", "workers", "image_size", "batch_size_per_worker", "epochs", "images_per_sec",
+    "images_per_sec_per_worker", "images_per_sec_mean", "images_per_sec_std", "jitter",
+    "step_time_ms", "val_auroc", "val_loss", "wall_seconds", "synthetic_data",
+}
+
+
+def test_horovodrun_command_line():
+    cmd = horovodrun_command("horovodrun", "/py", 2, "localhost:2", ["--epochs", "1"])
+    assert cmd == [
+        "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
+        "/py", "-m", "chexflow.train.worker", "--epochs", "1",
+    ]
+    assert parse_hosts("a:2, b:4,c") == [("a", 2), ("b", 4), ("c", 1)]
+    assert resolve_hosts(3, "a:2,b:1") == "a:2,b:1"
+    assert resolve_hosts(1, None) == "localhost:1"
+    with pytest.raises(LaunchError, match="offers only 3 slots"):
+        resolve_hosts(4, "a:2,b:1")
+    with pytest.raises(LaunchError, match="HOST:SLOTS"):
+        parse_hosts("a:x")
+
+
+def test_throughput_total_is_measured_sum_not_rank0_times_n():
+    fast = RankTiming(images=160, seconds=2.0, step_seconds=[0.2] * 10, batch_size=16)
+    slow = RankTiming(images=160, seconds=4.0, step_seconds=[0.3, 0.5] * 5, batch_size=16)
+    s = summarize([fast, slow])
+    assert s.images_per_sec_per_worker == [80.0, 40.0]
+    assert s.images_per_sec == 120.0 != 2 * 80.0
+    assert s.images_per_sec_mean == 60.0 and s.images_per_sec_std == 20.0
+    assert s.step_time_ms == pytest.approx(1000 * (2.0 + 4.0) / 20)
+    assert jitter([10, 10, 10]) == 0 and jitter([1, 2, 3, 4, 100]) == pytest.approx(1.4826)
+
+
+def test_manifest_checks_without_tensorflow(nih_tfrecords, tmp_path):
+    m = load_manifest(nih_tfrecords, 64)
+    assert m.images("train") + m.images("val") + m.images("test") == 400
+    assert count_records(m.splits["test"][0].path) == m.splits["test"][0].images
+    with pytest.raises(TrainDataError, match="image_size is 64 px but --image-size is 224"):
+        load_manifest(nih_tfrecords, 224)
+    with pytest.raises(TrainDataError, match="no manifest.json"):
+        load_manifest(tmp_path)
+
+
+# ---------------------------------------------------------------- end to end (trainer env)
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_densenet_two_workers_learns(densenet_run, densenet_eval):
+    m = read_metrics(densenet_run)
+    assert set(m) >= METRIC_KEYS
+    assert m["model"] == "densenet121" and m["workers"] == 2 and m["image_size"] == 64
+    assert len(m["images_per_sec_per_worker"]) == 2
+    assert m["images_per_sec"] == pytest.approx(sum(m["images_per_sec_per_worker"]), rel=1e-3)
+    assert 1 < m["images_per_sec"] < 100_000 and m["step_time_ms"] > 0 and m["jitter"] >= 0
+    assert m["synthetic_data"] is False and 0 <= m["val_auroc"] <= 1
+    assert (densenet_run / "best_model.keras").is_file()
+    assert list((densenet_run / "logs").rglob("events.out.tfevents.*"))
+    assert read_auroc(densenet_eval)["mean"] >= 0.80
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_shuffled_labels_do_not_learn(nih_tfrecords, tmp_path, e2e_options):
+    out = tmp_path / "shuffled"
+    proc = run_chexflow("train", *e2e_options(nih_tfrecords, out), "--shuffle-labels")
+    assert re.search(r"epoch=\d+ val_auroc=[\d.]+ val_loss=[\d.]+", proc.stdout)
+    run_chexflow(
+        "evaluate", "--data", nih_tfrecords, "--model", out, "--out", tmp_path / "ev",
+        "--bootstrap", 100,
+    )
+    assert read_auroc(tmp_path / "ev")["mean"] <= 0.65
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids under `pid` (from /proc; no psutil in the control environment)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_resnet50_resumes_after_a_killed_worker(nih_tfrecords, tmp_path):
+    out = tmp_path / "resnet"
+    args = [
+        "train", "--data", nih_tfrecords, "--model", "resnet50", "--workers", 2, "--epochs", 3,
+        "--batch-size", 8, "--steps-per-epoch", 4, "--warmup-steps", 1, "--image-size", 64,
+        "--out", out,
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen(
+        [*CHEXFLOW, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env=env,
+    )
+    first_run = []
+    killed = None
+    for line in proc.stdout:
+        first_run.append(line)
+        if "epoch=1 " in line:
+            workers = [p for p in _descendants(proc.pid) if "chexflow.train.worker" in _cmdline(p)]
+            assert len(workers) == 2, workers
+            killed = max(workers)
+            os.kill(killed, signal.SIGKILL)
+            break
+    rest, _ = proc.communicate(timeout=300)
+    first_run.append(rest)
+    assert killed is not None, "".join(first_run)[-4000:]
+    assert proc.returncode != 0, "the run went on after a worker was killed"
+
+    done = read_json(out / "checkpoints" / "state.json")["epoch"]
+    assert 1 <= done < 3
+    second = run_chexflow(*args).stdout
+    assert f"resumed after epoch {done}" in second
+    epochs = [int(e) for e in re.findall(r"^\[0\]<stdout>:epoch=(\d+) ", second, re.M)]
+    assert epochs == list(range(done + 1, 4)), second[-3000:]
+    m = read_metrics(out)
+    assert m["model"] == "resnet50" and m["epochs"] == 3
+    assert [h["epoch"] for h in m["history"]] == [1, 2, 3]
+    assert m["images_per_sec"] == pytest.approx(sum(m["images_per_sec_per_worker"]), rel=1e-3)
+    # a third run has nothing left to do and redoes no epoch
+    third = run_chexflow(*args).stdout
+    assert "already holds 3 epochs" in third and "epoch=" not in third
+
+
+# ---------------------------------------------------------------- bad input (fast: no TF)
+
+
+def _train(data, out, *extra, check=False):
+    return run_chexflow(
+        "train", "--data", data, "--out", out, "--image-size", 64, "--epochs", 1, *extra,
+        check=check,
+    )
+
+
+def _copy(nih_tfrecords, tmp_path) -> Path:
+    data = tmp_path / "data"
+    shutil.copytree(nih_tfrecords, data)
+    return data
+
+
+def test_missing_tfrecord_is_named(nih_tfrecords, tmp_path):
+    data = _copy(nih_tfrecords, tmp_path)
+    victim = sorted((data / "train").glob("*.tfrecord"))[1]
+    victim.unlink()
+    proc = _train(data, tmp_path / "out")
+    assert proc.returncode == 2 and f"{victim}: TFRecord shard" in proc.stderr
+    assert "missing" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_tfrecord_is_named(nih_tfrecords, tmp_path, damage):
+    data = _copy(nih_tfrecords, tmp_path)
+    victim = sorted((data / "val").glob("*.tfrecord"))[0]
+    raw = victim.read_bytes()
+    victim.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else os.urandom(len(raw)))
+    proc = _train(data, tmp_path / "out")
+    assert proc.returncode == 2 and f"{victim}: corrupt TFRecord" in proc.stderr
+
+
+def test_manifest_from_another_image_size(nih_tfrecords, tmp_path):
+    proc = run_chexflow(
+        "train", "--data", nih_tfrecords, "--out", tmp_path / "o", "--image-size", 224,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "image_size is 64 px but --image-size is 224" in proc.stderr
+
+
+def test_more_workers_than_slots(nih_tfrecords, tmp_path):
+    proc = _train(nih_tfrecords, tmp_path / "o", "--workers", 2, "--hosts", "localhost:1")
+    assert proc.returncode == 2 and "offers only 1 slots" in proc.stderr
+    many = (os.cpu_count() or 1) + 1
+    proc = _train(nih_tfrecords, tmp_path / "o", "--workers", many)
+    assert proc.returncode == 2 and "this machine has only" in proc.stderr
+
+
+def test_unknown_model_name(nih_tfrecords, tmp_path):
+    proc = _train(nih_tfrecords, tmp_path / "o", "--model", "vgg16")
+    assert proc.returncode == 2 and "invalid choice: 'vgg16'" in proc.stderr
+    assert "densenet121" in proc.stderr and "resnet50" in proc.stderr
+
+
+def test_out_holding_other_files_is_not_overwritten(nih_tfrecords, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    proc = _train(nih_tfrecords, out)
+    assert proc.returncode == 2 and "not a chexflow training run" in proc.stderr
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_missing_weights_file(nih_tfrecords, tmp_path):
+    proc = _train(nih_tfrecords, tmp_path / "o", "--weights", tmp_path / "none.h5")
+    assert proc.returncode == 2 and "none.h5: no such file" in proc.stderr
+
+
+@pytest.mark.trainer
+def test_imagenet_weights_fail_clearly_offline(nih_tfrecords, tmp_path):
+    """Keras cannot download here; a single rank (--launcher none) reports it in one line."""
+    if list(Path.home().glob(".keras/models/densenet121*notop*")):
+        pytest.skip("ImageNet weights are cached here: the download is not attempted")
+    proc = _train(nih_tfrecords, tmp_path / "o", "--weights", "imagenet", "--launcher", "none")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "--weights imagenet: Keras could not fetch the ImageNet weights" in proc.stderr
+    assert "--weights PATH" in proc.stderr and "Traceback" not in proc.stderr
