@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "chexflow.cluster.commands",
     "chexflow.slurm.commands",
     "chexflow.mpijob.commands",
+    "chexflow.pipelines.commands",
     "chexflow.katib.commands",
 )
 

@@ -1,0 +1,198 @@
+"""What each pipeline step does, as plain functions: describe a job, run it through the chosen
+backend, read what it wrote. The KFP components (chexflow.components.ops) are thin wrappers.
+
+Jobs exchange data through a shared folder (`workdir`): a local path, or on a cluster the data
+PVC mounted at the same path in the component pods and in the MPIJob/Job pods.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chexflow.errors import ChexflowError
+from chexflow.jobs import JobResult, JobSpec, Volume, dns_name, run_job
+
+# Train options a tuned hyperparameter may set (Katib parameter names, '-' or '_').
+TUNABLE = {"lr": float, "batch_size": int, "epochs": int, "model": str, "weights": str,
+           "image_size": int, "steps_per_epoch": int, "seed": int}
+
+
+class StepError(ChexflowError):
+    """A pipeline step got inputs it cannot use."""
+
+
+@dataclass
+class Target:
+    """Where a step's job runs: the backend and, for kubernetes, namespace/PVC/images."""
+
+    backend: str = "local"
+    namespace: str = "default"
+    data_pvc: str = ""
+    mount_path: str = "/mnt/chexflow"
+    trainer_image: str = ""
+    launcher_image: str = ""
+    service_account: str = ""
+    gpus_per_worker: int = 0
+    cpu: str = "2"
+    memory: str = "8Gi"
+    timeout_seconds: int = 3600
+
+    def volumes(self) -> list[Volume]:
+        return [Volume(self.data_pvc, self.mount_path)] if self.data_pvc else []
+
+    def run(self, spec: JobSpec, log_dir: str | None = None) -> JobResult:
+        if self.backend == "local":
+            return run_job(spec, "local", log_dir=Path(log_dir) if log_dir else None)
+        image = self.trainer_image if spec.environment == "trainer" else self.launcher_image
+        return run_job(
+            spec,
+            "kubernetes",
+            namespace=self.namespace,
+            image=image or None,
+            service_account=self.service_account or None,
+        )
+
+
+def job_name(step: str, run_id: str) -> str:
+    """A name unique per run (Kubernetes objects of different runs must not collide)."""
+    suffix = dns_name(run_id.replace("_", "-"))[-8:].strip("-") if run_id else ""
+    return dns_name(f"{step}-{suffix}" if suffix else step)
+
+
+def preprocess_step(raw_dir: str, workdir: str, image_size: int, run_id: str,
+                    target: Target) -> str:
+    """NIH folder -> TFRecords in WORKDIR/data (a folder with manifest.json is used as it is)."""
+    raw = Path(raw_dir)
+    if (raw / "manifest.json").exists():
+        manifest = json.loads((raw / "manifest.json").read_text())
+        if manifest.get("image_size") != image_size:
+            raise StepError(
+                f"{raw}/manifest.json: image_size {manifest.get('image_size')}, but the pipeline "
+                f"asks for image_size={image_size}"
+            )
+        print(f"preprocess: {raw} is already preprocessed; using it")
+        return str(raw)
+    csv = raw / "Data_Entry_2017.csv"
+    if not csv.exists():
+        raise StepError(
+            f"raw_dir {raw}: no Data_Entry_2017.csv (NIH format) and no manifest.json "
+            f"(chexflow preprocess output)"
+        )
+    out = Path(workdir) / "data"
+    if (out / "manifest.json").exists():  # a retried step: the job finished before
+        print(f"preprocess: {out}/manifest.json exists; reusing it")
+        return str(out)
+    spec = JobSpec(
+        name=job_name("preprocess", run_id),
+        command=["chexflow", "preprocess", "--csv", str(csv), "--images", str(raw / "images"),
+                 "--out", str(out), "--image-size", str(image_size), "--workers", "2"],
+        cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
+        timeout_seconds=target.timeout_seconds,
+    )
+    target.run(spec)
+    return str(out)
+
+
+def train_command(data_dir: str, out_dir: str, params: dict[str, Any]) -> list[str]:
+    """One Horovod rank: `python -m chexflow.train.worker` (what mpirun starts in an MPIJob)."""
+    argv = ["python", "-m", "chexflow.train.worker", "--data", data_dir, "--out", out_dir]
+    for key in ("model", "epochs", "batch_size", "lr", "image_size", "weights", "seed",
+                "steps_per_epoch", "validation_steps"):
+        value = params.get(key)
+        if value is not None and value != "" and not (key.endswith("steps") and value == 0):
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+    if params.get("synthetic_data"):
+        argv.append("--synthetic-data")
+    return argv
+
+
+def apply_hparams(params: dict[str, Any], hparams_json: str) -> dict[str, Any]:
+    """Override train options with tuned values ({"lr": 0.001, "batch-size": 16, ...})."""
+    if not hparams_json:
+        return dict(params)
+    out = dict(params)
+    for name, value in json.loads(hparams_json).items():
+        key = name.replace("-", "_")
+        if key not in TUNABLE:
+            raise StepError(
+                f"tuned parameter {name!r} is not a train option; expected one of "
+                f"{sorted(TUNABLE)} (Katib parameter names may use '-' for '_')"
+            )
+        out[key] = TUNABLE[key](value)
+    return out
+
+
+def train_step(data_dir: str, out_dir: str, workers: int, params: dict[str, Any], run_id: str,
+               target: Target) -> dict[str, Any]:
+    """Train with `workers` Horovod processes; return metrics.json (plus the job's wall time)."""
+    spec = JobSpec(
+        name=job_name(f"train-w{workers}", run_id),
+        command=train_command(data_dir, out_dir, params),
+        workers=workers, horovod=True, gpus_per_worker=target.gpus_per_worker,
+        cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout_seconds=target.timeout_seconds,
+    )
+    result = target.run(spec)
+    metrics_path = Path(out_dir) / "metrics.json"
+    if not metrics_path.exists():
+        raise StepError(f"job {spec.name} succeeded but wrote no {metrics_path}")
+    metrics = json.loads(metrics_path.read_text())
+    metrics["job_wall_seconds"] = round(result.wall_seconds, 2)
+    metrics["processes"] = spec.processes
+    return metrics
+
+
+def evaluate_step(data_dir: str, model_path: str, out_dir: str, bootstrap: int, run_id: str,
+                  target: Target) -> dict[str, Any]:
+    """Evaluate on the test split; return auroc.json."""
+    spec = JobSpec(
+        name=job_name("evaluate", run_id),
+        command=["chexflow", "evaluate", "--data", data_dir, "--model", model_path,
+                 "--split", "test", "--out", out_dir, "--bootstrap", str(bootstrap),
+                 "--overwrite"],
+        gpus_per_worker=min(target.gpus_per_worker, 1), cpu=target.cpu, memory=target.memory,
+        volumes=target.volumes(), env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        timeout_seconds=target.timeout_seconds,
+    )
+    target.run(spec)
+    return json.loads((Path(out_dir) / "auroc.json").read_text())
+
+
+def micro_roc(predictions_npz: str, max_points: int = 200) -> dict[str, list[float]]:
+    """Micro-averaged ROC over all classes (masked labels left out), thinned for the UI."""
+    import numpy as np
+    from sklearn.metrics import roc_curve
+
+    with np.load(predictions_npz) as pred:
+        labels, probs, mask = pred["labels"], pred["probs"], pred["mask"]
+    keep = mask.reshape(-1) > 0
+    y, s = labels.reshape(-1)[keep], probs.reshape(-1)[keep]
+    if len(np.unique(y)) < 2:
+        raise StepError(f"{predictions_npz}: one label value only; no ROC curve")
+    fpr, tpr, thr = roc_curve(y, s)
+    thr = np.clip(thr, 0.0, 1.0)  # sklearn's first threshold is inf
+    idx = np.unique(np.linspace(0, len(fpr) - 1, min(max_points, len(fpr))).astype(int))
+    return {"fpr": fpr[idx].tolist(), "tpr": tpr[idx].tolist(), "thresholds": thr[idx].tolist()}
+
+
+def tune_step(spec_path: str, state_dir: str, run_id: str, target: Target) -> dict[str, Any]:
+    """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib)
+    and return STATE/optimal.json: {"trial", "parameters": {name: value}, "metrics"}."""
+    mode = "--local" if target.backend == "local" else "--cluster"
+    spec = JobSpec(
+        name=job_name("tune", run_id), environment="control",
+        command=["chexflow", "tune", spec_path, mode, "--state", state_dir],
+        cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
+        timeout_seconds=target.timeout_seconds,
+    )
+    target.run(spec)
+    optimal = Path(state_dir) / "optimal.json"
+    if not optimal.exists():
+        raise StepError(f"job {spec.name} finished without writing {optimal}")
+    result = json.loads(optimal.read_text())
+    if not isinstance(result.get("parameters"), dict):
+        raise StepError(f"{optimal}: no 'parameters' object (the optimal trial's assignments)")
+    return result

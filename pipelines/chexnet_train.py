@@ -1,0 +1,73 @@
+"""`chexnet-train`: preprocess -> train (MPIJob, Horovod) -> evaluate -> report."""
+
+
+from kfp import dsl
+
+from chexflow.components.ops import evaluate_op, preprocess_op, report_op, train_op
+from chexflow.images import trainer_image
+from chexflow.pipelines.common import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_PVC,
+    DEFAULT_WORK_ROOT,
+    RUN_ID,
+    on_cluster,
+)
+
+NAME = "chexnet-train"
+
+
+def build(default_trainer_image: str | None = None):
+    """The pipeline function, with the trainer image as a parameter defaulting to ours."""
+
+    @dsl.pipeline(name=NAME, description="CheXNet-style training with Horovod: preprocess, "
+                  "train as an MPIJob, evaluate test AUROC, report.")
+    def chexnet_train(
+        raw_dir: str,
+        work_root: str = DEFAULT_WORK_ROOT,
+        backend: str = "kubernetes",
+        namespace: str = DEFAULT_NAMESPACE,
+        data_pvc: str = DEFAULT_PVC,
+        trainer_image: str = default_trainer_image or trainer_image(),
+        model: str = "densenet121",
+        workers: int = 2,
+        gpus_per_worker: int = 1,
+        cpu_per_worker: str = "8",
+        memory_per_worker: str = "32Gi",
+        epochs: int = 5,
+        batch_size: int = 16,
+        lr: float = 1e-3,
+        image_size: int = 224,
+        weights: str = "imagenet",
+        steps_per_epoch: int = 0,
+        validation_steps: int = 0,
+        seed: int = 0,
+        bootstrap: int = 1000,
+        timeout_seconds: int = 86400,
+    ):
+        prep = on_cluster(preprocess_op(
+            raw_dir=raw_dir, work_root=work_root, run_id=RUN_ID, image_size=image_size,
+            backend=backend, namespace=namespace, data_pvc=data_pvc,
+            trainer_image=trainer_image, timeout_seconds=timeout_seconds,
+        ), data_pvc)
+        train = on_cluster(train_op(
+            data_dir=prep.outputs["Output"], work_root=work_root, run_id=RUN_ID,
+            workers=workers, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
+            image_size=image_size, weights=weights, steps_per_epoch=steps_per_epoch,
+            validation_steps=validation_steps, synthetic_data=False, seed=seed,
+            gpus_per_worker=gpus_per_worker, cpu_per_worker=cpu_per_worker,
+            memory_per_worker=memory_per_worker, backend=backend, namespace=namespace,
+            data_pvc=data_pvc, trainer_image=trainer_image, timeout_seconds=timeout_seconds,
+            hparams_json="",
+        ), data_pvc)
+        evaluate = on_cluster(evaluate_op(
+            data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
+            work_root=work_root, run_id=RUN_ID, bootstrap=bootstrap, backend=backend,
+            namespace=namespace, data_pvc=data_pvc, trainer_image=trainer_image,
+            timeout_seconds=timeout_seconds,
+        ), data_pvc)
+        on_cluster(report_op(
+            train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
+            title="chexnet-train report",
+        ), data_pvc)
+
+    return chexnet_train

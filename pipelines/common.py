@@ -1,0 +1,23 @@
+"""What the three pipelines share: cluster defaults and per-task Kubernetes settings."""
+
+from __future__ import annotations
+
+from kfp import dsl, kubernetes
+
+# Where the shared data PVC is mounted in component pods and in the MPIJob/Job pods.
+MOUNT_PATH = "/mnt/chexflow"
+DEFAULT_WORK_ROOT = f"{MOUNT_PATH}/runs"
+DEFAULT_PVC = "chexflow-data"
+DEFAULT_NAMESPACE = "kubeflow"
+# Component pods only launch and watch jobs.
+COMPONENT_CPU, COMPONENT_MEMORY = "500m", "1Gi"
+RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+
+
+def on_cluster(task: dsl.PipelineTask, data_pvc, cache: bool = False) -> dsl.PipelineTask:
+    """Mount the data PVC, size the pod, and (by default) never reuse a cached result: a job's
+    outputs live on the PVC, not in KFP's artifact store."""
+    kubernetes.mount_pvc(task, pvc_name=data_pvc, mount_path=MOUNT_PATH)
+    task.set_cpu_request(COMPONENT_CPU).set_memory_request(COMPONENT_MEMORY)
+    task.set_caching_options(cache)
+    return task

@@ -1,0 +1,63 @@
+"""`scaling-study`: the same training at several worker counts (ParallelFor, one at a time so
+runs do not compete for the machines) -> throughput and scaling efficiency vs workers."""
+
+
+from kfp import dsl
+
+from chexflow.components.ops import preprocess_op, scaling_report_op, train_op
+from chexflow.images import trainer_image
+from chexflow.pipelines.common import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_PVC,
+    DEFAULT_WORK_ROOT,
+    RUN_ID,
+    on_cluster,
+)
+
+NAME = "scaling-study"
+
+
+def build(default_trainer_image: str | None = None):
+    @dsl.pipeline(name=NAME, description="Horovod throughput and scaling efficiency vs "
+                  "workers (ParallelFor over worker counts), as PNG/HTML/Markdown.")
+    def scaling_study(
+        raw_dir: str,
+        worker_counts: list = [1, 2, 4, 8],  # noqa: B006 - a KFP pipeline parameter default
+        work_root: str = DEFAULT_WORK_ROOT,
+        backend: str = "kubernetes",
+        namespace: str = DEFAULT_NAMESPACE,
+        data_pvc: str = DEFAULT_PVC,
+        trainer_image: str = default_trainer_image or trainer_image(),
+        model: str = "resnet50",
+        gpus_per_worker: int = 1,
+        cpu_per_worker: str = "8",
+        memory_per_worker: str = "32Gi",
+        epochs: int = 1,
+        batch_size: int = 64,
+        image_size: int = 224,
+        steps_per_epoch: int = 100,
+        synthetic_data: bool = True,
+        timeout_seconds: int = 7200,
+    ):
+        prep = on_cluster(preprocess_op(
+            raw_dir=raw_dir, work_root=work_root, run_id=RUN_ID, image_size=image_size,
+            backend=backend, namespace=namespace, data_pvc=data_pvc,
+            trainer_image=trainer_image, timeout_seconds=timeout_seconds,
+        ), data_pvc)
+        with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
+            train = on_cluster(train_op(
+                data_dir=prep.outputs["Output"], work_root=work_root, run_id=RUN_ID,
+                workers=workers, model=model, epochs=epochs, batch_size=batch_size, lr=1e-3,
+                image_size=image_size, weights="none", steps_per_epoch=steps_per_epoch,
+                validation_steps=1, synthetic_data=synthetic_data, seed=0,
+                gpus_per_worker=gpus_per_worker, cpu_per_worker=cpu_per_worker,
+                memory_per_worker=memory_per_worker, backend=backend, namespace=namespace,
+                data_pvc=data_pvc, trainer_image=trainer_image,
+                timeout_seconds=timeout_seconds, hparams_json="",
+            ), data_pvc)
+        on_cluster(scaling_report_op(
+            summaries=dsl.Collected(train.outputs["summary"]), work_root=work_root,
+            run_id=RUN_ID, title=f"Horovod scaling: {NAME}",
+        ), data_pvc)
+
+    return scaling_study

@@ -1,0 +1,78 @@
+"""`tune-then-train`: a Katib sweep (`chexflow tune`: launch the Experiment, wait, read the
+optimal trial) -> final training with the best hyperparameters -> evaluate -> report."""
+
+
+from kfp import dsl
+
+from chexflow.components.ops import evaluate_op, preprocess_op, report_op, train_op, tune_op
+from chexflow.images import launcher_image, trainer_image
+from chexflow.pipelines.common import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_PVC,
+    DEFAULT_WORK_ROOT,
+    RUN_ID,
+    on_cluster,
+)
+
+NAME = "tune-then-train"
+
+
+def build(default_trainer_image: str | None = None, default_launcher_image: str | None = None):
+    @dsl.pipeline(name=NAME, description="Katib hyperparameter sweep, then the final Horovod "
+                  "training with the optimal trial's parameters, evaluation and report.")
+    def tune_then_train(
+        raw_dir: str,
+        katib_spec: str,
+        work_root: str = DEFAULT_WORK_ROOT,
+        backend: str = "kubernetes",
+        namespace: str = DEFAULT_NAMESPACE,
+        data_pvc: str = DEFAULT_PVC,
+        trainer_image: str = default_trainer_image or trainer_image(),
+        launcher_image: str = default_launcher_image or launcher_image(),
+        model: str = "densenet121",
+        workers: int = 2,
+        gpus_per_worker: int = 1,
+        cpu_per_worker: str = "8",
+        memory_per_worker: str = "32Gi",
+        epochs: int = 5,
+        batch_size: int = 16,
+        lr: float = 1e-3,
+        image_size: int = 224,
+        weights: str = "imagenet",
+        steps_per_epoch: int = 0,
+        bootstrap: int = 1000,
+        timeout_seconds: int = 86400,
+    ):
+        prep = on_cluster(preprocess_op(
+            raw_dir=raw_dir, work_root=work_root, run_id=RUN_ID, image_size=image_size,
+            backend=backend, namespace=namespace, data_pvc=data_pvc,
+            trainer_image=trainer_image, timeout_seconds=timeout_seconds,
+        ), data_pvc)
+        tune = on_cluster(tune_op(
+            spec_path=katib_spec, work_root=work_root, run_id=RUN_ID, backend=backend,
+            namespace=namespace, data_pvc=data_pvc, launcher_image=launcher_image,
+            timeout_seconds=timeout_seconds,
+        ), data_pvc)
+        tune.after(prep)
+        train = on_cluster(train_op(
+            data_dir=prep.outputs["Output"], work_root=work_root, run_id=RUN_ID,
+            workers=workers, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
+            image_size=image_size, weights=weights, steps_per_epoch=steps_per_epoch,
+            validation_steps=0, synthetic_data=False, seed=0,
+            gpus_per_worker=gpus_per_worker, cpu_per_worker=cpu_per_worker,
+            memory_per_worker=memory_per_worker, backend=backend, namespace=namespace,
+            data_pvc=data_pvc, trainer_image=trainer_image, timeout_seconds=timeout_seconds,
+            hparams_json=tune.outputs["Output"],
+        ), data_pvc)
+        evaluate = on_cluster(evaluate_op(
+            data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
+            work_root=work_root, run_id=RUN_ID, bootstrap=bootstrap, backend=backend,
+            namespace=namespace, data_pvc=data_pvc, trainer_image=trainer_image,
+            timeout_seconds=timeout_seconds,
+        ), data_pvc)
+        on_cluster(report_op(
+            train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
+            title="tune-then-train report",
+        ), data_pvc)
+
+    return tune_then_train
