@@ -23,7 +23,7 @@ def rows(exp: Experiment, state: SweepState) -> list[dict[str, Any]]:
     out = []
     for t in state.trials:
         row: dict[str, Any] = {"trial": t.name, "status": t.status}
-        row.update({p.name: t.parameters.get(p.name) for p in exp.parameters})
+        row.update({p.name: p.typed(t.parameters[p.name]) for p in exp.parameters})
         values = metric_values(exp.objective, t.logs)
         row.update({m: values.get(m) for m in exp.objective.metric_names})
         row["restarts"] = t.restarts
@@ -38,7 +38,7 @@ def optimal(exp: Experiment, state: SweepState) -> dict[str, Any] | None:
         return None
     return {
         "trial": best.name,
-        "parameters": dict(best.parameters),
+        "parameters": {p.name: p.typed(best.parameters[p.name]) for p in exp.parameters},
         "metrics": metric_values(exp.objective, best.logs),
     }
 

@@ -81,6 +81,15 @@ class Parameter:
             return int(round(v))
         return float(f"{v:.12g}")
 
+    def typed(self, value: Any) -> Any:
+        """The value as a number where the parameter is numeric (discrete lists included)."""
+        if self.type == "categorical":
+            return str(value)
+        if self.type == "discrete":
+            v = float(value)
+            return int(v) if v == int(v) and "." not in str(value) else v
+        return self.snap(value)
+
     def contains(self, value: Any) -> bool:
         if not self.numeric:
             return str(value) in self.values
