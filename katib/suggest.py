@@ -321,7 +321,9 @@ class OptunaSuggester(Suggester):
             warnings.simplefilter("ignore")
             study = optuna.create_study(
                 direction="maximize" if self.exp.objective.maximize else "minimize",
-                sampler=self._sampler(derived_seed(self.base_seed, len(history))),
+                # GridSampler shuffles the grid with its seed: keep one seed so grid ids stay.
+                sampler=self._sampler(self.base_seed if self.grid is not None
+                                      else derived_seed(self.base_seed, len(history))),
             )
             for h in history:
                 if h.objective is not None:

@@ -1,0 +1,198 @@
+"""Katib Experiment specs: the upstream examples and chexflow's own parse, validate and yield
+suggestions of the right types within bounds; bad specs fail with the field named; the chexflow
+trialSpecs are valid MPIJobs under the real CRD."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chexflow.katib.spec import SpecError, load_experiment, parse_experiment
+from chexflow.katib.suggest import History, format_value, make_suggester
+from chexflow.katib.trialspec import local_command, render_trial_spec, split_mpirun
+from tests.conftest import REPO, run_chexflow
+
+REFERENCE = REPO.parent / "shared" / "reference"
+EXAMPLES = sorted((REFERENCE / "katib-examples").glob("*.yaml"))
+SPECS = sorted((REPO / "katib" / "specs").glob("*.yaml"))
+
+
+def check_in_space(exp, params: dict) -> None:
+    assert set(params) == {p.name for p in exp.parameters}
+    for p in exp.parameters:
+        v = params[p.name]
+        if p.type == "int":
+            assert isinstance(v, int) and p.min <= v <= p.max, (p.name, v)
+        elif p.type == "double":
+            assert isinstance(v, float) and p.min <= v <= p.max, (p.name, v)
+        else:
+            assert v in p.values, (p.name, v)
+        assert p.contains(v), (p.name, v)
+
+
+def test_reference_examples_are_all_there():
+    names = {p.stem for p in EXAMPLES}
+    assert {"tpe", "random", "grid", "bayesian-optimization", "cma-es", "sobol",
+            "multivariate-tpe", "median-stop", "mpijob-horovod"} <= names
+
+
+@pytest.mark.parametrize("path", EXAMPLES + SPECS, ids=lambda p: p.name)
+def test_spec_parses_and_suggests_within_bounds(path: Path):
+    exp = load_experiment(path)
+    suggester = make_suggester(exp, base_seed=3)
+    history: list[History] = []
+    for round_ in range(3):  # first suggestions, then with results told
+        batch = suggester.suggest(history, exp.parallel_trial_count)
+        assert len(batch) == exp.parallel_trial_count
+        for s in batch:
+            check_in_space(exp, s.parameters)
+            value = float(round_ + sum(hash(str(v)) % 7 for v in s.parameters.values()))
+            history.append(History(s.parameters, value, False, s.optuna_attrs))
+    assert len({tuple(sorted(h.parameters.items())) for h in history}) > 1
+
+
+def test_int_step_and_grid_are_honoured():
+    exp = load_experiment(REFERENCE / "katib-examples" / "mpijob-horovod.yaml")
+    batch = make_suggester(exp, 0).suggest([], 20)
+    steps = [s.parameters["num-steps"] for s in batch]
+    assert all(v % 10 == 0 and 50 <= v <= 150 for v in steps), steps
+
+    grid = load_experiment(REFERENCE / "katib-examples" / "grid.yaml")
+    sug, history = make_suggester(grid, 0), []
+    for _ in range(9):
+        for s in sug.suggest(history, 5):
+            history.append(History(s.parameters, 1.0, False, s.optuna_attrs))
+    points = {(h.parameters["lr"], h.parameters["momentum"]) for h in history}
+    lrs = [round(0.01 + 0.005 * i, 6) for i in range(9)]
+    moms = [0.5, 0.6, 0.7, 0.8, 0.9]
+    assert len(history) == 45 and points == {(a, b) for a in lrs for b in moms}
+
+
+def test_same_history_same_suggestions_and_new_after_more_trials():
+    exp = load_experiment(REFERENCE / "katib-examples" / "tpe.yaml")
+    a = make_suggester(exp, 11).suggest([], 3)
+    b = make_suggester(exp, 11).suggest([], 3)
+    assert [s.parameters for s in a] == [s.parameters for s in b]
+    history = [History(s.parameters, 0.5, False) for s in a]
+    c = make_suggester(exp, 11).suggest(history, 3)
+    assert not {str(s.parameters) for s in c} & {str(s.parameters) for s in a}
+
+
+def _base() -> dict:
+    return yaml.safe_load((REFERENCE / "katib-examples" / "random.yaml").read_text())
+
+
+BAD = [
+    (lambda d: d["metadata"].update(name="Bad_Name"), "metadata.name"),
+    (lambda d: d["metadata"].update(name="a" * 41), "metadata.name"),
+    (lambda d: d["spec"].update(maxFailedTrialCount=20), "spec.maxFailedTrialCount"),
+    (lambda d: d["spec"].update(parallelTrialCount=13), "spec.parallelTrialCount"),
+    (lambda d: d["spec"]["objective"].update(type="best"), "spec.objective.type"),
+    (lambda d: d["spec"]["parameters"][0]["feasibleSpace"].update(min="0.9"),
+     "spec.parameters[0].feasibleSpace"),
+    (lambda d: d["spec"]["parameters"][1]["feasibleSpace"].update(max="lots"),
+     "spec.parameters[1].feasibleSpace.max"),
+    (lambda d: d["spec"]["parameters"][0].update(parameterType="float"),
+     "spec.parameters[0].parameterType"),
+    (lambda d: d["spec"]["trialTemplate"]["trialParameters"][0].update(reference="nope"),
+     "spec.trialTemplate.trialParameters[0].reference"),
+    (lambda d: d["spec"]["trialTemplate"]["trialParameters"].append(
+        {"name": "unused", "reference": "lr"}), "'unused' is not used in trialSpec"),
+    (lambda d: d["spec"]["algorithm"].update(algorithmSettings=[{"name": "gamma", "value": "2"}]),
+     "unknown setting gamma for algorithm random"),
+    (lambda d: d["spec"]["algorithm"].update(algorithmName="hyperband"), "use --cluster"),
+    (lambda d: d["spec"]["algorithm"].update(algorithmName="grid"),
+     "grid needs a step for double parameters"),
+    (lambda d: d["spec"].update(earlyStopping={"algorithmName": "medianstop", "algorithmSettings":
+                                               [{"name": "start_step", "value": "0"}]}),
+     "spec.earlyStopping.algorithmSettings[0].value"),
+    (lambda d: d["spec"]["objective"].update(
+        metricStrategies=[{"name": "accuracy", "value": "max"}]),
+     "spec.objective.metricStrategies[0].name"),
+    (lambda d: d["spec"]["parameters"][0]["feasibleSpace"].update(
+        distribution="logUniform", min="0"), "must be greater than 0 for logUniform"),
+]
+
+
+@pytest.mark.parametrize("mutate,expected", BAD, ids=[b[1][:40] for b in BAD])
+def test_invalid_specs_name_the_field(mutate, expected):
+    d = _base()
+    mutate(d)
+    with pytest.raises(SpecError) as err:
+        parse_experiment(d, "x.yaml")
+    assert expected in str(err.value)
+    assert str(err.value).startswith("x.yaml: ")
+
+
+def test_cli_reports_a_bad_spec_in_one_line(tmp_path: Path):
+    d = _base()
+    d["spec"]["trialTemplate"]["trialParameters"][1]["reference"] = "mom"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(d))
+    proc = run_chexflow("tune", bad, "--dry-run", "--state", tmp_path / "s", check=False)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "trialParameters[1].reference: 'mom'" in lines[0]
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
+def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
+    from chexflow.mpijob.schema import validate_mpijob
+
+    exp = load_experiment(path)
+    obj = exp.objective
+    assert (obj.type, obj.metric, obj.goal) == ("maximize", "val_auroc", 0.84)
+    assert "images_per_sec" in obj.additional
+    raw_strategies = {s["name"] for s in exp.raw["spec"]["objective"]["metricStrategies"]}
+    assert raw_strategies == set(obj.metric_names)
+    assert exp.early_stopping == "medianstop"
+    kinds = {p.name: p.type for p in exp.parameters}
+    assert kinds["optimizer"] == "categorical" and kinds["batch-size"] == "discrete"
+    assert "weight-decay" in kinds
+    tt = exp.trial_template
+    assert tt["primaryPodLabels"] == {"training.kubeflow.org/job-role": "launcher"}
+    assert 'type=="Succeeded"' in tt["successCondition"]
+    assert 'type=="Failed"' in tt["failureCondition"]
+
+    params = make_suggester(exp, 0).suggest([], 1)[0].parameters
+    spec = render_trial_spec(exp, "chexnet-trial-1", params)
+    assert "${" not in yaml.safe_dump(spec)
+    mpijob = copy.deepcopy(spec)
+    mpijob["metadata"] = {"name": "chexnet-trial-1", "namespace": "kubeflow"}
+    validate_mpijob(mpijob, REFERENCE / "crds" / "mpijobs.kubeflow.org.v2beta1.yaml")
+
+    launcher = spec["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["name"] == tt["primaryContainerName"]
+    n, program = split_mpirun(launcher["command"] + launcher["args"], "launcher")
+    assert n == spec["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+    assert program[:3] == ["python", "-m", "chexflow.train.worker"]
+    assert program[program.index("--lr") + 1] == format_value(exp.parameter("lr"), params["lr"])
+    assert program[program.index("--out") + 1] == "/runs/katib/chexnet-trial-1"
+
+
+def test_mpijob_launcher_becomes_horovodrun_with_local_volumes(tmp_path: Path):
+    exp = load_experiment(SPECS[0])
+    params = make_suggester(exp, 0).suggest([], 1)[0].parameters
+    spec = render_trial_spec(exp, "t1", params)
+    argv, env = local_command(exp, spec, {"data": tmp_path}, tmp_path / "vols",
+                              ["epochs=1", "weights=none"])
+    assert Path(argv[0]).name == "horovodrun"
+    assert argv[1:6] == ["-np", "2", "-H", "localhost:2", "--gloo"]
+    assert Path(argv[6]).parent.parent.name == ".venv-trainer"
+    assert argv[7:9] == ["-m", "chexflow.train.worker"]
+    assert argv[argv.index("--data") + 1] == str(tmp_path / "tfrecords")
+    assert argv[argv.index("--out") + 1] == str((tmp_path / "vols" / "runs").resolve() / "katib/t1")
+    assert argv[argv.index("--epochs") + 1] == "1" and argv[argv.index("--weights") + 1] == "none"
+    assert "-mca" not in argv and env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_dry_run_prints_suggestions_and_writes_nothing(tmp_path: Path):
+    proc = run_chexflow("tune", REFERENCE / "katib-examples" / "bayesian-optimization.yaml",
+                        "--dry-run", "--state", tmp_path / "s")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == 3 and "--lr=" in lines[0]
+    assert not (tmp_path / "s").exists()
