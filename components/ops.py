@@ -218,17 +218,20 @@ def tune_op(
     data_pvc: str,
     launcher_image: str,
     timeout_seconds: int,
+    tune_args: str,
     metrics: Output[Metrics],
 ) -> str:
     """A Katib sweep (`chexflow tune`): runs the Experiment, waits, returns the optimal trial's
-    parameters as JSON for the final training."""
+    parameters as JSON for the final training. `tune_args`: a JSON list of extra `chexflow tune`
+    options (e.g. ["--set", "spec.maxTrialCount=4", "--volume", "data=/mnt/chexflow"])."""
     import json
 
     from chexflow.components.steps import Target, tune_step
 
     target = Target(backend=backend, namespace=namespace, data_pvc=data_pvc,
                     launcher_image=launcher_image, timeout_seconds=timeout_seconds)
-    optimal = tune_step(spec_path, f"{work_root}/{run_id}/tune", run_id, target)
+    extra = json.loads(tune_args) if tune_args else []
+    optimal = tune_step(spec_path, f"{work_root}/{run_id}/tune", run_id, target, extra)
     for name, value in (optimal.get("metrics") or {}).items():
         if isinstance(value, (int, float)):
             metrics.log_metric(f"best_{name}", float(value))

@@ -15,9 +15,8 @@ from typing import Any
 from chexflow.errors import ChexflowError
 from chexflow.jobs import JobResult, JobSpec, Volume, dns_name, run_job
 
-# Train options a tuned hyperparameter may set (Katib parameter names, '-' or '_').
-TUNABLE = {"lr": float, "batch_size": int, "epochs": int, "model": str, "weights": str,
-           "image_size": int, "steps_per_epoch": int, "seed": int}
+# Options the pipeline itself owns: a tuned parameter may not move the data or the output.
+NOT_TUNABLE = ("data", "out")
 
 
 class StepError(ChexflowError):
@@ -99,29 +98,48 @@ def preprocess_step(raw_dir: str, workdir: str, image_size: int, run_id: str,
 def train_command(data_dir: str, out_dir: str, params: dict[str, Any]) -> list[str]:
     """One Horovod rank: `python -m chexflow.train.worker` (what mpirun starts in an MPIJob)."""
     argv = ["python", "-m", "chexflow.train.worker", "--data", data_dir, "--out", out_dir]
-    for key in ("model", "epochs", "batch_size", "lr", "image_size", "weights", "seed",
-                "steps_per_epoch", "validation_steps"):
-        value = params.get(key)
-        if value is not None and value != "" and not (key.endswith("steps") and value == 0):
-            argv += [f"--{key.replace('_', '-')}", str(value)]
-    if params.get("synthetic_data"):
-        argv.append("--synthetic-data")
+    for key, value in params.items():
+        flag = f"--{key.replace('_', '-')}"
+        if value is None or value == "" or value is False:
+            continue
+        if key in ("steps_per_epoch", "validation_steps") and int(value) == 0:
+            continue  # 0 = the worker's default (the whole split)
+        argv += [flag] if value is True else [flag, str(value)]
     return argv
+
+
+def train_options() -> dict[str, Any]:
+    """dest -> argparse action of `python -m chexflow.train.worker` (no TensorFlow needed)."""
+    import argparse
+
+    from chexflow.train.options import add_train_arguments
+
+    parser = argparse.ArgumentParser(add_help=False)
+    add_train_arguments(parser, launcher=False)
+    return {a.dest: a for a in parser._actions if a.option_strings}
 
 
 def apply_hparams(params: dict[str, Any], hparams_json: str) -> dict[str, Any]:
     """Override train options with tuned values ({"lr": 0.001, "batch-size": 16, ...})."""
     if not hparams_json:
         return dict(params)
+    import argparse
+
+    options = train_options()
     out = dict(params)
     for name, value in json.loads(hparams_json).items():
         key = name.replace("-", "_")
-        if key not in TUNABLE:
+        action = options.get(key)
+        if action is None or key in NOT_TUNABLE:
+            tunable = sorted(k for k in options if k not in NOT_TUNABLE)
             raise StepError(
-                f"tuned parameter {name!r} is not a train option; expected one of "
-                f"{sorted(TUNABLE)} (Katib parameter names may use '-' for '_')"
+                f"tuned parameter {name!r} is not an option of chexflow train; expected one "
+                f"of {', '.join(tunable)} (Katib names may use '-' for '_')"
             )
-        out[key] = TUNABLE[key](value)
+        if isinstance(action, argparse._StoreTrueAction):
+            out[key] = str(value).lower() in ("1", "true", "yes")
+        else:
+            out[key] = action.type(value) if action.type else value
     return out
 
 
@@ -178,13 +196,15 @@ def micro_roc(predictions_npz: str, max_points: int = 200) -> dict[str, list[flo
     return {"fpr": fpr[idx].tolist(), "tpr": tpr[idx].tolist(), "thresholds": thr[idx].tolist()}
 
 
-def tune_step(spec_path: str, state_dir: str, run_id: str, target: Target) -> dict[str, Any]:
+def tune_step(spec_path: str, state_dir: str, run_id: str, target: Target,
+              extra_args: list[str] | None = None) -> dict[str, Any]:
     """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib)
     and return STATE/optimal.json: {"trial", "parameters": {name: value}, "metrics"}."""
     mode = "--local" if target.backend == "local" else "--cluster"
     spec = JobSpec(
         name=job_name("tune", run_id), environment="control",
-        command=["chexflow", "tune", spec_path, mode, "--state", state_dir],
+        command=["chexflow", "tune", spec_path, mode, "--state", state_dir, "--no-progress",
+                 *(extra_args or [])],
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
         timeout_seconds=target.timeout_seconds,
     )

@@ -112,12 +112,25 @@ def run_submit(args: argparse.Namespace) -> int:
         package = COMPILED_DIR / f"{args.pipeline}.yaml"
     if not package.exists():
         raise ChexflowError(f"{package}: no compiled pipeline (run `chexflow compile`)")
-    client = kfp.Client(host=args.host, namespace=args.namespace, existing_token=args.token)
-    run = client.create_run_from_pipeline_package(
-        str(package), arguments=parse_params(args.param), run_name=args.run_name,
-        experiment_name=args.experiment, namespace=args.namespace,
-        service_account=args.service_account,
-    )
+    from kfp_server_api.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        client = kfp.Client(host=args.host, namespace=args.namespace, existing_token=args.token)
+        run = client.create_run_from_pipeline_package(
+            str(package), arguments=parse_params(args.param), run_name=args.run_name,
+            experiment_name=args.experiment, namespace=args.namespace,
+            service_account=args.service_account,
+        )
+    except (HTTPError, ConnectionError) as e:
+        raise ChexflowError(
+            f"--host {args.host}: Kubeflow Pipelines API unreachable ({e})"
+        ) from None
+    except ApiException as e:
+        raise ChexflowError(
+            f"--host {args.host}: Kubeflow Pipelines refused the run: HTTP {e.status} {e.reason}: "
+            f"{(e.body or '')[:500]}"
+        ) from None
     print(f"submitted {package.name}: run {run.run_id}  {args.host.rstrip('/')}/#/runs/details/"
           f"{run.run_id}")
     return 0

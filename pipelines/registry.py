@@ -30,10 +30,16 @@ def build(name: str, trainer_image: str | None = None, launcher_image: str | Non
 def compile_pipeline(name: str, out_dir: Path = COMPILED_DIR, trainer_image: str | None = None,
                      launcher_image: str | None = None) -> Path:
     """Write OUT_DIR/NAME.yaml (KFP IR, uploadable to the Kubeflow Pipelines UI)."""
+    import yaml
     from kfp import compiler
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.yaml"
     compiler.Compiler().compile(build(name, trainer_image, launcher_image), str(path))
+    if launcher_image:  # the components' own image (their base_image is fixed at import)
+        docs = list(yaml.safe_load_all(path.read_text()))
+        for executor in docs[0]["deploymentSpec"]["executors"].values():
+            executor["container"]["image"] = launcher_image
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     return path

@@ -23,6 +23,7 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
     def tune_then_train(
         raw_dir: str,
         katib_spec: str,
+        tune_args: str = "[]",
         work_root: str = DEFAULT_WORK_ROOT,
         backend: str = "kubernetes",
         namespace: str = DEFAULT_NAMESPACE,
@@ -51,7 +52,7 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
         tune = on_cluster(tune_op(
             spec_path=katib_spec, work_root=work_root, run_id=RUN_ID, backend=backend,
             namespace=namespace, data_pvc=data_pvc, launcher_image=launcher_image,
-            timeout_seconds=timeout_seconds,
+            timeout_seconds=timeout_seconds, tune_args=tune_args,
         ), data_pvc)
         tune.after(prep)
         train = on_cluster(train_op(

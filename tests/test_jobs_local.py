@@ -1,0 +1,94 @@
+"""The local job backend: real subprocesses in the trainer/control environments, horovodrun
+over gloo for several ranks, failure with the log tail, time limit, interruption."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from chexflow.jobs import JobFailed, JobSpec, JobTimeout, run_job
+from chexflow.jobs.local import LocalBackend, local_argv
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper that is not ours counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.trainer
+def test_two_horovod_ranks_run_under_horovodrun(tmp_path):
+    code = ("import horovod.tensorflow as hvd; hvd.init(); "
+            "print(f'rank={hvd.rank()} size={hvd.size()}', flush=True)")
+    spec = JobSpec(name="hvd-ranks", command=["python", "-c", code], workers=2, horovod=True,
+                   env={"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert local_argv(spec)[1:6] == ["-np", "2", "-H", "localhost:2", "--gloo"]
+    out = io.StringIO()
+    result = LocalBackend(stream=out, log_dir=tmp_path).run(spec)
+    text = out.getvalue()
+    assert "rank=0 size=2" in text and "rank=1 size=2" in text
+    assert all(line.startswith("[hvd-ranks] ") for line in text.splitlines() if line)
+    assert "rank=1 size=2" in (tmp_path / "hvd-ranks.log").read_text()
+    assert result.succeeded and result.backend == "local"
+
+
+def test_failure_raises_with_exit_status_and_log_tail():
+    code = "import sys; print('loading shard 3'); sys.exit('ValueError: shard 3 is corrupt')"
+    spec = JobSpec(name="fails", environment="control", command=["python", "-c", code])
+    with pytest.raises(JobFailed) as err:
+        run_job(spec, stream=io.StringIO())
+    assert err.value.exit_code == 1
+    assert "job fails: exited with status 1" in str(err.value)
+    assert "ValueError: shard 3 is corrupt" in err.value.log_tail
+
+
+def test_timeout_ends_the_process_group_and_says_so(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    code = textwrap.dedent(f"""
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        print("started", flush=True)
+        time.sleep(60)
+    """)
+    spec = JobSpec(name="slow", environment="control", command=["python", "-c", code],
+                   timeout_seconds=3)
+    start = time.monotonic()
+    with pytest.raises(JobTimeout, match=r"job slow: timed out after \d+s \(limit 3s\)"):
+        run_job(spec, stream=io.StringIO())
+    assert time.monotonic() - start < 30
+    time.sleep(0.5)
+    assert not alive(int(pid_file.read_text()))  # the grandchild went with the group
+
+
+def test_interruption_ends_the_job(tmp_path):
+    """Ctrl-C on the caller (SIGINT) ends the job's processes and the caller reports it."""
+    pid_file = tmp_path / "job.pid"
+    script = textwrap.dedent(f"""
+        from chexflow.jobs import JobSpec, run_job
+        code = "import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); " \\
+               "time.sleep(120)"
+        try:
+            run_job(JobSpec(name="long", environment="control", command=["python", "-c", code]))
+        except KeyboardInterrupt:
+            print("caller: interrupted", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert "caller: interrupted" in out
+    time.sleep(0.5)
+    assert not alive(int(pid_file.read_text()))

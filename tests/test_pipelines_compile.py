@@ -1,0 +1,107 @@
+"""Compiled IR YAML of the three pipelines: loads back in kfp, and the cluster settings (PVC
+mounts, GPUs per worker, MPIJob parameters, images) are where the KFP backend reads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_chexflow
+from kfp import components
+
+from chexflow.pipelines.registry import COMPILED_DIR, PIPELINES, compile_pipeline
+
+MPIJOB_INPUTS = {"workers", "gpus_per_worker", "cpu_per_worker", "memory_per_worker",
+                 "trainer_image", "namespace", "data_pvc", "backend", "timeout_seconds"}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict[str, list[dict]]:
+    out = tmp_path_factory.mktemp("compiled")
+    docs = {}
+    for name in PIPELINES:
+        path = compile_pipeline(name, out, trainer_image="reg.example/chexflow/trainer:t1",
+                                launcher_image="reg.example/chexflow/launcher:t1")
+        components.load_component_from_file(str(path))  # kfp loads it back
+        docs[name] = list(yaml.safe_load_all(path.read_text()))
+    return docs
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_every_task_mounts_the_data_pvc_and_runs_in_the_launcher_image(compiled, name):
+    spec, platform = compiled[name]
+    executors = spec["deploymentSpec"]["executors"]
+    mounts = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert set(mounts) == set(executors)
+    for execu, cfg in mounts.items():
+        (pvc,) = cfg["pvcMount"]
+        assert pvc["mountPath"] == "/mnt/chexflow"
+        assert pvc["pvcNameParameter"]["componentInputParameter"].endswith("data_pvc")
+        container = executors[execu]["container"]
+        assert container["image"] == "reg.example/chexflow/launcher:t1"
+        assert "pip install" not in " ".join(container["command"])  # kfp is in the image
+
+
+def train_task(spec: dict) -> dict:
+    tasks = dict(spec["root"]["dag"]["tasks"])
+    for comp in spec["components"].values():
+        tasks.update(comp.get("dag", {}).get("tasks", {}))
+    return tasks["train-op"]
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_train_task_receives_the_mpijob_parameters(compiled, name):
+    spec, _ = compiled[name]
+    params = train_task(spec)["inputs"]["parameters"]
+    assert set(params) >= MPIJOB_INPUTS
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    assert root["gpus_per_worker"]["defaultValue"] == 1
+    assert root["trainer_image"]["defaultValue"] == "reg.example/chexflow/trainer:t1"
+    assert root["backend"]["defaultValue"] == "kubernetes"
+    assert root["data_pvc"]["defaultValue"] == "chexflow-data"
+
+
+def test_scaling_study_loops_over_worker_counts_one_at_a_time(compiled):
+    spec, _ = compiled["scaling-study"]
+    loop = [t for t in spec["root"]["dag"]["tasks"].values() if "parameterIterator" in t][0]
+    assert loop["iteratorPolicy"]["parallelismLimit"] == 1
+    assert loop["parameterIterator"]["items"]["inputParameter"].endswith("worker_counts")
+    report = spec["root"]["dag"]["tasks"]["scaling-report-op"]
+    assert "summaries" in report["inputs"]["parameters"]  # dsl.Collected of every run
+
+
+def test_tune_then_train_feeds_the_optimal_trial_into_training(compiled):
+    spec, _ = compiled["tune-then-train"]
+    hp = train_task(spec)["inputs"]["parameters"]["hparams_json"]
+    assert hp["taskOutputParameter"]["producerTask"] == "tune-op"
+    tune = spec["root"]["dag"]["tasks"]["tune-op"]["inputs"]["parameters"]
+    assert tune["launcher_image"]["componentInputParameter"] == "launcher_image"
+
+
+def test_compile_cli_writes_what_is_committed(tmp_path):
+    run_chexflow("compile", "--out", tmp_path, env={"CHEXFLOW_TRAINER_IMAGE": "",
+                                                      "CHEXFLOW_LAUNCHER_IMAGE": ""})
+    for name in PIPELINES:
+        fresh = yaml.safe_load_all((tmp_path / f"{name}.yaml").read_text())
+        committed = yaml.safe_load_all((COMPILED_DIR / f"{name}.yaml").read_text())
+        assert list(fresh) == list(committed), f"pipelines/{name}.yaml is stale: chexflow compile"
+    assert Path(COMPILED_DIR / "chexnet-train.yaml").exists()
+
+
+def test_notebook_cells_are_valid_python_using_the_real_api():
+    import ast
+    import json
+
+    nb = json.loads((COMPILED_DIR.parent / "notebooks" / "submit.ipynb").read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    ast.parse(code)
+    assert "create_run_from_pipeline_package" in code
+    assert 'service_account="chexflow-launcher"' in code
+
+
+def test_submit_reports_an_unreachable_host_in_one_line():
+    proc = run_chexflow("submit", "chexnet-train", "--host", "http://127.0.0.1:9", check=False,
+                        timeout=120)
+    assert proc.returncode == 2
+    assert "Kubeflow Pipelines API unreachable" in proc.stderr and "Traceback" not in proc.stderr

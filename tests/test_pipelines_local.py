@@ -1,0 +1,73 @@
+"""`chexflow run`: whole pipelines with kfp.local and real Horovod jobs, on tiny data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_chexflow
+
+pytestmark = [pytest.mark.trainer, pytest.mark.slow]
+
+# 3 steps: the first 2 are warm-up (left out of images/s), the third is measured.
+TINY = ["--epochs", 1, "--steps-per-epoch", 3, "--batch-size", 8, "--image-size", 64]
+
+
+def summary_of(out: Path, pipeline: str) -> dict:
+    (run_dir,) = sorted(out.glob(f"{pipeline}-*"))
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def metrics(summary: dict, task: str) -> dict:
+    return summary["tasks"][task]["artifacts"]["metrics"]["metadata"]
+
+
+def test_chexnet_train_generates_data_and_completes(tmp_path):
+    proc = run_chexflow("run", "chexnet-train", "--out", tmp_path, *TINY, "--workers", 1,
+                        "--bootstrap", 20, "--param", "validation_steps=1")
+    s = summary_of(tmp_path, "chexnet-train")
+    assert (tmp_path / "synth-data-64px" / "Data_Entry_2017.csv").exists()  # generated
+    train = metrics(s, "train-op")
+    assert train["workers"] == 1 and train["processes"] == 1
+    assert train["images_per_sec"] > 0 and train["images_per_sec_worker_0"] > 0
+    assert 0 <= train["val_auroc"] <= 1
+    evaluation = metrics(s, "evaluate-op")
+    assert 0 <= evaluation["auroc_mean"] <= 1
+    roc = s["tasks"]["evaluate-op"]["artifacts"]["roc"]["metadata"]["confidenceMetrics"]
+    assert len(roc) > 2 and {"falsePositiveRate", "recall", "threshold"} <= set(roc[0])
+    report = Path(s["tasks"]["report-op"]["artifacts"]["report_html"]["uri"]).read_text()
+    assert "Mean test AUROC" in report and "data:image/png;base64" in report
+    (auroc_path,) = Path(s["work_dir"]).glob("*/evaluate/auroc.json")
+    auroc = json.loads(auroc_path.read_text())
+    assert auroc["mean"] == pytest.approx(evaluation["auroc_mean"])
+    assert "report:" in proc.stdout and "metrics [train-op]" in proc.stdout
+
+
+def test_scaling_study_one_and_two_workers(tmp_path, nih_tfrecords):
+    run_chexflow("run", "scaling-study", "--data", nih_tfrecords, "--out", tmp_path,
+                 "--worker-counts", "1,2", "--model", "resnet50", "--epochs", 1,
+                 "--steps-per-epoch", 5, "--batch-size", 4, "--image-size", 64)
+    s = summary_of(tmp_path, "scaling-study")
+    table = json.loads(s["tasks"]["scaling-report-op"]["parameters"]["Output"])
+    assert [r["workers"] for r in table] == [1, 2]
+    assert all(r["images_per_sec"] > 0 for r in table)
+    assert table[0]["efficiency"] == pytest.approx(1.0)
+    assert len(table[1]["images_per_sec_per_worker"]) == 2
+    m = metrics(s, "scaling-report-op")
+    assert m["images_per_sec_w2"] == pytest.approx(table[1]["images_per_sec"])
+    png = Path(s["tasks"]["scaling-report-op"]["artifacts"]["chart"]["uri"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = Path(s["tasks"]["scaling-report-op"]["artifacts"]["report_html"]["uri"]).read_text()
+    assert "efficiency %" in html and "data:image/png;base64" in html
+
+
+def test_failing_training_fails_the_pipeline_with_the_worker_error(tmp_path, nih_tfrecords):
+    proc = run_chexflow("run", "chexnet-train", "--data", nih_tfrecords, "--out", tmp_path,
+                        *TINY, "--workers", 1, "--lr", "-1", check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2
+    assert "--lr -1.0: must be > 0" in out  # the worker's own message
+    assert "job train-w1-" in out and "exited with status" in out
+    assert "chexflow run: error: pipeline chexnet-train failed" in proc.stderr
+    assert "train-op" in proc.stderr
