@@ -26,7 +26,9 @@ class Side:
 
 @dataclass
 class Result:
-    """One comparison's outcome; `ratio` = median(A) / median(B), compared with `goal`."""
+    """One comparison's outcome. Its figure is the ratio median(A) / median(B), which must be
+    at least `goal`; with `goal_is_max` the figure is median(A) - median(B) (e.g. seconds of
+    overhead) and must be at most `goal`."""
 
     name: str
     unit: str
@@ -36,6 +38,8 @@ class Result:
     samples_b: list[float]
     goal: float
     notes: dict = field(default_factory=dict)
+    goal_is_max: bool = False
+    figure_name: str = "ratio A/B"
 
     @property
     def median_a(self) -> float:
@@ -50,13 +54,18 @@ class Result:
         return self.median_a / self.median_b if self.median_b else float("nan")
 
     @property
+    def figure(self) -> float:
+        return self.median_a - self.median_b if self.goal_is_max else self.ratio
+
+    @property
     def met(self) -> bool:
-        return self.ratio >= self.goal
+        return self.figure <= self.goal if self.goal_is_max else self.figure >= self.goal
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d.update(
-            median_a=self.median_a, median_b=self.median_b, ratio=self.ratio, met=self.met,
+            median_a=self.median_a, median_b=self.median_b, ratio=self.ratio,
+            figure=self.figure, met=self.met,
             spread_a=spread(self.samples_a), spread_b=spread(self.samples_b),
         )
         return d
@@ -68,14 +77,15 @@ def spread(samples: list[float]) -> float:
 
 
 def compare(name: str, unit: str, a: Side, b: Side, repeats: int, goal: float,
-            notes: dict | None = None) -> Result:
+            notes: dict | None = None, **result_options) -> Result:
     """Run a and b alternately `repeats` times each (ABAB.. then BABA.. order flips each round)."""
     with tqdm(total=2 * repeats, desc=name, unit="run", leave=False) as bar:
         for i in range(repeats):
             for side in (a, b) if i % 2 == 0 else (b, a):
                 side.samples.append(float(side.run()))
                 bar.update()
-    return Result(name, unit, a.name, b.name, a.samples, b.samples, goal, notes or {})
+    return Result(name, unit, a.name, b.name, a.samples, b.samples, goal, notes or {},
+                  **result_options)
 
 
 def machine() -> dict:
@@ -94,14 +104,15 @@ def markdown(results: list[Result], host: dict) -> str:
     lines = [
         f"Measured on {host['cpus']} CPUs, {host['platform']}, {host['when']}.",
         "",
-        "| comparison | A | B | median A | median B | unit | ratio A/B | goal | met |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| comparison | A | B | median A | median B | unit | figure | value | goal | met |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r.name} | {r.a} | {r.b} | {r.median_a:.4g} ± {spread(r.samples_a):.2g} | "
-            f"{r.median_b:.4g} ± {spread(r.samples_b):.2g} | {r.unit} | {r.ratio:.3f} | "
-            f"{'≥' if r.goal else ''}{r.goal:g} | {'yes' if r.met else 'NO'} |"
+            f"{r.median_b:.4g} ± {spread(r.samples_b):.2g} | {r.unit} | {r.figure_name} | "
+            f"{r.figure:.3f} | {'≤' if r.goal_is_max else '≥'} {r.goal:g} | "
+            f"{'yes' if r.met else 'NO'} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -120,7 +131,7 @@ def plot(results: list[Result], path: Path) -> None:
             ax.scatter([x] * len(samples), samples, color="k", s=10, zorder=3)
         ax.set_xticks([0, 1], [r.a, r.b], fontsize=7)
         ax.set_ylabel(r.unit, fontsize=8)
-        ax.set_title(f"{r.name}\nratio {r.ratio:.3f} (goal {r.goal:g})", fontsize=8)
+        ax.set_title(f"{r.name}\n{r.figure_name} {r.figure:.3f} (goal {r.goal:g})", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

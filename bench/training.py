@@ -1,0 +1,59 @@
+"""Training throughput comparisons, each side a real `chexflow train` run (images/s from its
+metrics.json, warm-up steps excluded, total = measured sum over ranks)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from chexflow.bench.core import Result, Side, compare
+
+_runs = itertools.count()
+
+
+def train_images_per_sec(work: Path, data: Path | None, *, model: str, size: int, batch: int,
+                         steps: int, workers: int = 1, synthetic: bool = False,
+                         extra: tuple[str, ...] = ()) -> float:
+    """One fresh `chexflow train` run (1 epoch of `steps` steps); its total images/s."""
+    out = work / f"train-{next(_runs)}"
+    cmd = [sys.executable, "-m", "chexflow.cli", "train", "--model", model, "--workers",
+           str(workers), "--epochs", "1", "--steps-per-epoch", str(steps), "--batch-size",
+           str(batch), "--image-size", str(size), "--weights", "none", "--out", str(out),
+           "--validation-steps", "1", *extra]
+    cmd += ["--synthetic-data"] if synthetic else ["--data", str(data)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return float(json.loads((out / "metrics.json").read_text())["images_per_sec"])
+
+
+def input_pipeline(work: Path, data: Path, model: str, size: int, batch: int, steps: int,
+                   repeats: int) -> Result:
+    """TFRecords (the real input pipeline) vs in-memory synthetic tensors: goal >= 0.97."""
+    kw = dict(model=model, size=size, batch=batch, steps=steps)
+    return compare(
+        f"input pipeline {model}", "images/s",
+        Side("TFRecords", lambda: train_images_per_sec(work, data, **kw)),
+        Side("synthetic", lambda: train_images_per_sec(work, None, synthetic=True, **kw)),
+        repeats=repeats, goal=0.97, notes={"image_size": size, "batch_per_worker": batch,
+                                           "steps": steps},
+    )
+
+
+def scaling(work: Path, data: Path, model: str, size: int, batch: int, steps: int,
+            repeats: int) -> Result:
+    """2 workers vs 1 (one core each): efficiency = total(2) / (2 x total(1)), goal >= 0.90."""
+    kw = dict(model=model, size=size, batch=batch, steps=steps)
+    result = compare(
+        f"horovod scaling {model}", "images/s",
+        Side("2 workers (total)", lambda: train_images_per_sec(work, data, workers=2, **kw)),
+        Side("1 worker x 2", lambda: 2 * train_images_per_sec(work, data, workers=1, **kw)),
+        repeats=repeats, goal=0.90, figure_name="scaling efficiency",
+        notes={"image_size": size, "batch_per_worker": batch, "steps": steps,
+               "threads_per_worker": "cores / workers"},
+    )
+    result.notes["one_worker_images_per_sec"] = [s / 2 for s in result.samples_b]
+    return result
