@@ -143,9 +143,22 @@ def apply_hparams(params: dict[str, Any], hparams_json: str) -> dict[str, Any]:
     return out
 
 
+def training_data(data_dir: str, workdir: str) -> str:
+    """preprocess's output folder, given either it or the raw folder preprocess read (then its
+    output is WORKDIR/data). Inside a ParallelFor the scaling study passes the raw folder:
+    kfp.local 2.17 hands a loop body the loop item in place of an upstream task's output."""
+    if (Path(data_dir) / "manifest.json").exists():
+        return data_dir
+    produced = Path(workdir) / "data"
+    if (produced / "manifest.json").exists():
+        return str(produced)
+    raise StepError(f"data_dir {data_dir}: no manifest.json there nor in {produced}")
+
+
 def train_step(data_dir: str, out_dir: str, workers: int, params: dict[str, Any], run_id: str,
                target: Target) -> dict[str, Any]:
     """Train with `workers` Horovod processes; return metrics.json (plus the job's wall time)."""
+    data_dir = training_data(data_dir, str(Path(out_dir).parent))
     spec = JobSpec(
         name=job_name(f"train-w{workers}", run_id),
         command=train_command(data_dir, out_dir, params),

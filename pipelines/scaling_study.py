@@ -45,8 +45,9 @@ def build(default_trainer_image: str | None = None):
             trainer_image=trainer_image, timeout_seconds=timeout_seconds,
         ), data_pvc)
         with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
+            # raw_dir, not prep's output: see chexflow.components.steps.training_data
             train = on_cluster(train_op(
-                data_dir=prep.outputs["Output"], work_root=work_root, run_id=RUN_ID,
+                data_dir=raw_dir, work_root=work_root, run_id=RUN_ID,
                 workers=workers, model=model, epochs=epochs, batch_size=batch_size, lr=1e-3,
                 image_size=image_size, weights="none", steps_per_epoch=steps_per_epoch,
                 validation_steps=1, synthetic_data=synthetic_data, seed=0,
@@ -54,7 +55,7 @@ def build(default_trainer_image: str | None = None):
                 memory_per_worker=memory_per_worker, backend=backend, namespace=namespace,
                 data_pvc=data_pvc, trainer_image=trainer_image,
                 timeout_seconds=timeout_seconds, hparams_json="",
-            ), data_pvc)
+            ), data_pvc).after(prep)
         on_cluster(scaling_report_op(
             summaries=dsl.Collected(train.outputs["summary"]), work_root=work_root,
             run_id=RUN_ID, title=f"Horovod scaling: {NAME}",

@@ -35,7 +35,7 @@ def test_chexnet_train_generates_data_and_completes(tmp_path):
     evaluation = metrics(s, "evaluate-op")
     assert 0 <= evaluation["auroc_mean"] <= 1
     roc = s["tasks"]["evaluate-op"]["artifacts"]["roc"]["metadata"]["confidenceMetrics"]
-    assert len(roc) > 2 and {"falsePositiveRate", "recall", "threshold"} <= set(roc[0])
+    assert len(roc) > 2 and {"falsePositiveRate", "recall", "confidenceThreshold"} <= set(roc[0])
     report = Path(s["tasks"]["report-op"]["artifacts"]["report_html"]["uri"]).read_text()
     assert "Mean test AUROC" in report and "data:image/png;base64" in report
     (auroc_path,) = Path(s["work_dir"]).glob("*/evaluate/auroc.json")
