@@ -1,0 +1,80 @@
+"""The control plane's binaries: built from cluster/go.mod by cluster/build.sh, cached by version.
+
+The cache folder is `$CHEXFLOW_K8S_CACHE/<key>` (default `~/.cache/chexflow/k8s/<key>`), where
+<key> is the Kubernetes release in cluster/go.mod plus a hash of go.mod, go.sum and build.sh, so
+a change of any pinned module or build step builds a fresh set.
+`CHEXFLOW_K8S_BIN` points at a ready folder instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from chexflow.envs import REPO_ROOT
+from chexflow.errors import ChexflowError
+
+GO_DIR = REPO_ROOT / "cluster"
+BUILD_SCRIPT = GO_DIR / "build.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+            "mpi-operator")
+
+
+class BinariesMissing(ChexflowError):
+    """The control plane's binaries are not built and could not be built."""
+
+
+def k8s_version() -> str:
+    """The k8s.io/kubernetes release cluster/go.mod requires (e.g. v1.36.3)."""
+    m = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (GO_DIR / "go.mod").read_text(), re.M)
+    if not m:
+        raise BinariesMissing(f"{GO_DIR / 'go.mod'}: no `k8s.io/kubernetes vX.Y.Z` requirement")
+    return m.group(1)
+
+
+def cache_key() -> str:
+    """<k8s release>-<10 hex of sha256(go.mod + go.sum + build.sh)>, as build.sh computes it."""
+    files = ("go.mod", "go.sum", "build.sh")
+    digest = hashlib.sha256(b"".join((GO_DIR / f).read_bytes() for f in files))
+    return f"{k8s_version()}-{digest.hexdigest()[:10]}"
+
+
+def cache_dir() -> Path:
+    """Where this version's binaries live (whether built or not)."""
+    override = os.environ.get("CHEXFLOW_K8S_BIN")
+    if override:
+        return Path(override)
+    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
+    return Path(root) / cache_key()
+
+
+def missing(bin_dir: Path) -> list[str]:
+    return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+
+
+def ensure_binaries(build: bool = True) -> Path:
+    """The folder with all binaries; runs cluster/build.sh (minutes, cold) when any is missing."""
+    bin_dir = cache_dir()
+    absent = missing(bin_dir)
+    if not absent:
+        return bin_dir
+    if not build or os.environ.get("CHEXFLOW_K8S_BIN"):
+        raise BinariesMissing(
+            f"{bin_dir}: missing {', '.join(absent)}; build them with `{BUILD_SCRIPT}` "
+            "(Go 1.26 at /usr/local/go, module proxy access; about 20 min cold on 2 cores)"
+        )
+    print(f"building the Kubernetes control plane into {bin_dir} (cold: about 20 min)...",
+          file=sys.stderr, flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
+    if proc.returncode != 0 or missing(bin_dir):
+        raise BinariesMissing(
+            f"{BUILD_SCRIPT} exited {proc.returncode}; missing {', '.join(missing(bin_dir))}"
+        )
+    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return bin_dir

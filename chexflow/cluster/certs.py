@@ -1,0 +1,140 @@
+"""Certificates and kubeconfigs for the loopback control plane, made with the openssl CLI.
+
+One CA signs the apiserver's serving certificate and a client certificate per identity; the
+ServiceAccount token key pair is separate. ECDSA P-256 keys: fast to generate, accepted by
+every component.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from chexflow.errors import ChexflowError
+
+# Client identities: file stem -> (common name, organisation). Controller-manager and scheduler
+# get the bootstrap RBAC identities; kwok and mpi-operator run as cluster admins (as their
+# upstream deployments' ClusterRoles allow what they need on every resource they touch).
+CLIENTS = {
+    "admin": ("chexflow-admin", "system:masters"),
+    "controller-manager": ("system:kube-controller-manager", ""),
+    "scheduler": ("system:kube-scheduler", ""),
+}
+SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range
+
+
+class CertificateError(ChexflowError):
+    """openssl failed while making the control plane's certificates."""
+
+
+@dataclass(frozen=True)
+class PKI:
+    """Paths of everything certs.make_pki writes under <dir>/pki."""
+
+    dir: Path
+
+    @property
+    def ca(self) -> Path:
+        return self.dir / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.dir / "ca.key"
+
+    @property
+    def serving_cert(self) -> Path:
+        return self.dir / "apiserver.crt"
+
+    @property
+    def serving_key(self) -> Path:
+        return self.dir / "apiserver.key"
+
+    @property
+    def sa_key(self) -> Path:
+        return self.dir / "sa.key"
+
+    @property
+    def sa_pub(self) -> Path:
+        return self.dir / "sa.pub"
+
+    def client(self, name: str) -> tuple[Path, Path]:
+        return self.dir / f"{name}.crt", self.dir / f"{name}.key"
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    if shutil.which("openssl") is None:
+        raise CertificateError("openssl not found: install it with images/install-system.sh")
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CertificateError(f"openssl {' '.join(args)}: {proc.stderr.strip()}")
+
+
+def _ec_key(path: Path) -> None:
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-out", str(path), cwd=path.parent)
+    path.chmod(0o600)
+
+
+def _signed_cert(pki: PKI, stem: str, subject: str, extensions: str) -> None:
+    """<stem>.key and <stem>.crt signed by the CA, valid one year, with the given v3 extensions."""
+    key, crt, csr, ext = (pki.dir / f"{stem}.{s}" for s in ("key", "crt", "csr", "ext"))
+    _ec_key(key)
+    _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr), cwd=pki.dir)
+    ext.write_text(extensions)
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki.ca), "-CAkey", str(pki.ca_key),
+             "-CAcreateserial", "-days", "365", "-sha256", "-extfile", str(ext),
+             "-out", str(crt), cwd=pki.dir)
+    csr.unlink()
+    ext.unlink()
+
+
+def make_pki(state_dir: Path) -> PKI:
+    """Create (or reuse, when complete) the CA, serving, client and ServiceAccount keys."""
+    pki = PKI(Path(state_dir) / "pki")
+    wanted = [pki.ca, pki.serving_cert, pki.sa_pub, *(pki.client(n)[0] for n in CLIENTS)]
+    if all(p.exists() for p in wanted):
+        return pki
+    pki.dir.mkdir(parents=True, exist_ok=True)
+    _ec_key(pki.ca_key)
+    _openssl("req", "-x509", "-new", "-key", str(pki.ca_key), "-subj", "/CN=chexflow-local-ca",
+             "-days", "365", "-sha256", "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", str(pki.ca),
+             cwd=pki.dir)
+    sans = ["IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes",
+            "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local"]
+    _signed_cert(pki, "apiserver", "/CN=kube-apiserver",
+                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+                 f"extendedKeyUsage=serverAuth\nsubjectAltName={','.join(sans)}\n")
+    for stem, (cn, org) in CLIENTS.items():
+        subject = f"/CN={cn}" + (f"/O={org}" if org else "")
+        _signed_cert(pki, stem, subject,
+                     "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                     "extendedKeyUsage=clientAuth\n")
+    _ec_key(pki.sa_key)
+    _openssl("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub), cwd=pki.dir)
+    return pki
+
+
+def write_kubeconfig(path: Path, server: str, pki: PKI, client: str,
+                     context: str = "chexflow-local") -> Path:
+    """A kubeconfig for `server` authenticating with the named client certificate."""
+    crt, key = pki.client(client)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context,
+                      "cluster": {"server": server, "certificate-authority": str(pki.ca)}}],
+        "users": [{"name": f"{context}-{client}",
+                   "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+        "contexts": [{"name": context,
+                      "context": {"cluster": context, "user": f"{context}-{client}"}}],
+        "current-context": context,
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path

@@ -1,0 +1,345 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok (simulated GPU nodes) and mpi-operator, each a local process.
+
+    with LocalCluster(state_dir) as cluster:      # or cluster.start() ... cluster.stop()
+        api = cluster.api_client()                # kubernetes.client.ApiClient (admin)
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+
+`state_dir` holds pki/, kubeconfigs, etcd data, logs/<component>.log and cluster.json (ports and
+process ids), so `chexflow cluster down` can stop a cluster another process started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from chexflow.cluster import binaries, certs, crds, nodes
+from chexflow.errors import ChexflowError
+
+STATE_FILE = "cluster.json"
+START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+               "mpi-operator")
+SERVICE_CIDR = "10.96.0.0/16"
+MPI_OPERATOR_NAMESPACE = "mpi-operator"
+KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
+
+
+class ClusterError(ChexflowError):
+    """The local control plane failed to start, or is not running."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int, exe: str) -> bool:
+    """True when `pid` runs the binary `exe` (guards against a reused process id)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)") == exe
+    except OSError:
+        return False
+
+
+def rss_mib(pid: int) -> dict[str, float]:
+    """Resident memory of a process from /proc: current (VmRSS) and peak (VmHWM), MiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0]) / 1024
+    return out
+
+
+@dataclass
+class LocalCluster:
+    """One control plane; `nodes` kwok nodes with `gpus_per_node` nvidia.com/gpu each."""
+
+    state_dir: Path
+    nodes: int = 4
+    gpus_per_node: int = 8
+    bin_dir: Path | None = None
+    ports: dict[str, int] = field(default_factory=dict)
+    processes: dict[str, dict] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir).resolve()
+
+    # ---- paths -------------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (client certificate in group system:masters)."""
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def start(self, timeout: float = 180) -> LocalCluster:
+        """Start every component and wait until nodes are Ready and the default ServiceAccount
+        exists; on failure everything started is stopped and the error names the component."""
+        if self.running():
+            raise ClusterError(f"a cluster is already running from {self.state_dir}: "
+                               f"run `chexflow cluster down --dir {self.state_dir}` first")
+        self.bin_dir = Path(self.bin_dir or binaries.ensure_binaries())
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("etcd", "logs"):
+            shutil.rmtree(self.state_dir / stale, ignore_errors=True)
+        self.log_dir.mkdir()
+        self.ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver",
+                                               "controller_manager", "scheduler", "kwok",
+                                               "mpi_health")}
+        self.processes = {}
+        deadline = time.monotonic() + timeout
+        try:
+            pki = certs.make_pki(self.state_dir)
+            certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
+            for client in ("controller-manager", "scheduler"):
+                certs.write_kubeconfig(self.state_dir / f"{client}.kubeconfig", self.server, pki,
+                                       client)
+            self._spawn("etcd", self._etcd_args())
+            self._spawn("kube-apiserver", self._apiserver_args(pki))
+            self._wait_apiserver(deadline)
+            api = self.api_client()
+            crds.install_crds(api, timeout=max(5.0, deadline - time.monotonic()))
+            self._ensure_namespace(api, MPI_OPERATOR_NAMESPACE)
+            self._spawn("kube-controller-manager", self._controller_manager_args(pki))
+            self._spawn("kube-scheduler", self._scheduler_args())
+            self._spawn("kwok", self._kwok_args(pki))
+            self._spawn("mpi-operator", self._mpi_operator_args(),
+                        env={"MPI_OPERATOR_HEALTH_ADDR": f"127.0.0.1:{self.ports['mpi_health']}"})
+            names = nodes.create_gpu_nodes(api, self.nodes, self.gpus_per_node)
+            nodes.wait_nodes_ready(api, names, timeout=max(5.0, deadline - time.monotonic()))
+            self._wait_default_service_account(api, deadline)
+            self._wait_http(f"http://127.0.0.1:{self.ports['mpi_health']}/healthz",
+                            "mpi-operator", deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, grace: float = 10) -> None:
+        """Stop the components one by one in reverse start order (SIGTERM, then SIGKILL after
+        `grace` s): the apiserver exits in about a second while etcd is still there."""
+        for name in reversed(START_ORDER):
+            proc = self.processes.get(name)
+            if not proc or not _alive(proc["pid"], proc["exe"]):
+                continue
+            os.kill(proc["pid"], signal.SIGTERM)
+            end = time.monotonic() + grace
+            while _alive(proc["pid"], proc["exe"]):
+                if time.monotonic() > end:
+                    os.kill(proc["pid"], signal.SIGKILL)
+                    time.sleep(0.1)
+                    break
+                self._reap(proc["pid"])
+                time.sleep(0.05)
+            self._reap(proc["pid"])
+        self.processes = {}
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+    def running(self) -> bool:
+        """True when any recorded component process is alive."""
+        return any(_alive(p["pid"], p["exe"]) for p in self.processes.values())
+
+    def check(self) -> None:
+        """Raise ClusterError naming any component that has exited."""
+        dead = [n for n, p in self.processes.items() if not _alive(p["pid"], p["exe"])]
+        if dead:
+            raise ClusterError(f"component(s) exited: {', '.join(dead)}; "
+                               f"see {self.log_dir}/<component>.log")
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- state file ----------------------------------------------------------------------------
+    def save(self) -> None:
+        state = {"server": self.server, "kubeconfig": str(self.kubeconfig),
+                 "bin_dir": str(self.bin_dir), "nodes": self.nodes,
+                 "gpus_per_node": self.gpus_per_node, "ports": self.ports,
+                 "processes": self.processes}
+        (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+
+    @classmethod
+    def attach(cls, state_dir: Path) -> LocalCluster:
+        """The cluster recorded in state_dir/cluster.json (started by another process)."""
+        path = Path(state_dir) / STATE_FILE
+        if not path.exists():
+            raise ClusterError(f"{path}: no cluster recorded here (start one: chexflow cluster up)")
+        state = json.loads(path.read_text())
+        return cls(state_dir=Path(state_dir), nodes=state["nodes"],
+                   gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
+                   ports=state["ports"], processes=state["processes"])
+
+    # ---- clients -------------------------------------------------------------------------------
+    def api_client(self):
+        """A kubernetes.client.ApiClient authenticated as the admin."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def memory(self, component: str = "kube-apiserver") -> dict[str, float]:
+        """Current and peak resident memory (MiB) of one component."""
+        return rss_mib(self.processes[component]["pid"])
+
+    # ---- components ----------------------------------------------------------------------------
+    def _spawn(self, name: str, args: list[str], env: dict | None = None) -> None:
+        exe = str(self.bin_dir / name)
+        log = self.log_dir / f"{name}.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen([exe, *args], stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    env={**os.environ, **(env or {})})
+        self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log)}
+        self.save()
+
+    def _reap(self, pid: int) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+    def _etcd_args(self) -> list[str]:
+        client = f"http://127.0.0.1:{self.ports['etcd']}"
+        peer = f"http://127.0.0.1:{self.ports['etcd_peer']}"
+        return ["--name=chexflow", f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=chexflow={peer}", "--unsafe-no-fsync",
+                "--quota-backend-bytes=4294967296", "--log-level=warn"]
+
+    def _apiserver_args(self, pki: certs.PKI) -> list[str]:
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            # pod logs come from kwok's kubelet API (loopback, certificate not verified)
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={pki.client('admin')[0]}",
+            f"--kubelet-client-key={pki.client('admin')[1]}",
+            # loopback is not a valid endpoint address for the `kubernetes` Service
+            "--endpoint-reconciler-type=none",
+            "--profiling=false", "--v=1",
+        ]
+
+    def _controller_manager_args(self, pki: certs.PKI) -> list[str]:
+        kc = self.state_dir / "controller-manager.kubeconfig"
+        return [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports['controller_manager']}",
+                f"--service-account-private-key-file={pki.sa_key}", f"--root-ca-file={pki.ca}",
+                # each controller as its own ServiceAccount with the bootstrap RBAC roles
+                # (e.g. node-controller may patch Node taints), as kubeadm runs it
+                "--use-service-account-credentials=true",
+                f"--service-cluster-ip-range={SERVICE_CIDR}", "--leader-elect=false",
+                "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"]
+
+    def _scheduler_args(self) -> list[str]:
+        kc = self.state_dir / "scheduler.kubeconfig"
+        return [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports['scheduler']}", "--leader-elect=false",
+                "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"]
+
+    def _kwok_args(self, pki: certs.PKI) -> list[str]:
+        """kwok manages the annotated nodes and serves their kubelet API on loopback, so
+        `kubectl logs` works: every container's log is the file written here (ClusterLogs)."""
+        stages = resources.files("chexflow.cluster").joinpath("kwok-stages.yaml")
+        pod_log = self.state_dir / "kwok-pod.log"
+        pod_log.write_text(KWOK_POD_LOG)
+        logs = self.state_dir / "kwok-logs.yaml"
+        logs.write_text(json.dumps({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+            "metadata": {"name": "all-pods"},
+            "spec": {"logs": [{"logsFile": str(pod_log), "follow": False}]},
+        }))
+        port = self.ports["kwok"]
+        return [f"--kubeconfig={self.kubeconfig}", f"--config={stages}", f"--config={logs}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-annotation-selector={'='.join(nodes.KWOK_ANNOTATION)}",
+                "--cidr=10.0.0.0/16", "--node-ip=127.0.0.1", f"--node-port={port}",
+                f"--server-address=127.0.0.1:{port}", f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}", "--node-lease-duration-seconds=40"]
+
+    def _mpi_operator_args(self) -> list[str]:
+        return [f"--kubeConfig={self.kubeconfig}", f"--lock-namespace={MPI_OPERATOR_NAMESPACE}",
+                "--threadiness=4", "--kube-api-qps=100", "--kube-api-burst=200"]
+
+    # ---- readiness -----------------------------------------------------------------------------
+    def _ssl_context(self) -> ssl.SSLContext:
+        pki = certs.PKI(self.state_dir / "pki")
+        ctx = ssl.create_default_context(cafile=str(pki.ca))
+        ctx.load_cert_chain(*map(str, pki.client("admin")))
+        return ctx
+
+    def _wait_http(self, url: str, component: str, deadline: float,
+                   context: ssl.SSLContext | None = None) -> None:
+        last = ""
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                with urllib.request.urlopen(url, timeout=5, context=context) as r:
+                    if r.status == 200:
+                        return
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.3)
+        raise ClusterError(f"{component} not healthy at {url} ({last}); "
+                           f"see {self.log_dir}/{component}.log")
+
+    def _wait_apiserver(self, deadline: float) -> None:
+        self._wait_http(f"{self.server}/readyz", "kube-apiserver", deadline, self._ssl_context())
+
+    def _ensure_namespace(self, api, name: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        try:
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    def _wait_default_service_account(self, api, deadline: float) -> None:
+        """Pods are refused until the controller-manager has made the `default` ServiceAccount."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        core = client.CoreV1Api(api)
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                core.read_namespaced_service_account("default", "default")
+                return
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+            time.sleep(0.3)
+        raise ClusterError("the controller-manager did not create ServiceAccount default/default; "
+                           f"see {self.log_dir}/kube-controller-manager.log")

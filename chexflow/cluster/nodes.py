@@ -1,0 +1,84 @@
+"""Simulated GPU nodes: Node objects that kwok manages (heartbeats, pod lifecycles).
+
+kwok manages the nodes annotated `kwok.x-k8s.io/node: fake`; their capacity, including
+`nvidia.com/gpu`, is what the scheduler sees. No taint: every node here is a kwok node, so
+pods need no kwok-specific toleration.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from chexflow.errors import ChexflowError
+
+KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+GPU_RESOURCE = "nvidia.com/gpu"
+NODE_LABELS = {"type": "kwok", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+# Pod labels understood by chexflow/cluster/kwok-stages.yaml.
+FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
+HOLD_LABEL = "chexflow.io/kwok-hold"
+
+
+class NodesNotReady(ChexflowError):
+    """kwok did not make the nodes Ready in time."""
+
+
+def gpu_node(name: str, gpus: int = 8, cpu: str = "96", memory: str = "1024Gi",
+             pods: int = 110) -> dict:
+    """A Node manifest kwok adopts, with `gpus` nvidia.com/gpu."""
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]},
+            "labels": {**NODE_LABELS, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "kubernetes.io/role": "agent"},
+        },
+        "status": {"allocatable": resources, "capacity": resources},
+    }
+
+
+def create_gpu_nodes(api_client, count: int, gpus: int = 8, prefix: str = "kwok-gpu-",
+                     workers: int = 8) -> list[str]:
+    """Create `count` GPU nodes (skipping existing ones); returns their names."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    core = client.CoreV1Api(api_client)
+    names = [f"{prefix}{i}" for i in range(count)]
+
+    def create(name: str) -> None:
+        try:
+            core.create_node(gpu_node(name, gpus))
+        except ApiException as e:
+            if e.status != 409:
+                raise
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(create, names))
+    return names
+
+
+def wait_nodes_ready(api_client, names: list[str], timeout: float = 120) -> None:
+    """Block until every named node reports Ready=True (kwok's node-initialize stage)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    wanted = set(names)
+    deadline = time.monotonic() + timeout
+    while True:
+        ready = {
+            n.metadata.name for n in core.list_node(label_selector="type=kwok").items
+            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        }
+        if wanted <= ready:
+            return
+        if time.monotonic() > deadline:
+            raise NodesNotReady(
+                f"{len(wanted - ready)} of {len(wanted)} kwok nodes not Ready after {timeout:.0f} s"
+                f" (e.g. {sorted(wanted - ready)[:3]}): is kwok running? see its log"
+            )
+        time.sleep(0.5)
