@@ -33,8 +33,9 @@ def test_chexnet_spec_runs_locally_with_chexflow_train_trials(nih_tfrecords: Pat
         assert 0.0 <= t["val_auroc"] <= 1.0 and t["images_per_sec"] > 0
         assert t["optimizer"] in ("adam", "sgd") and t["batch-size"] in (8, 16, 32)
         assert 1e-5 <= t["lr"] <= 1e-2 and 1e-6 <= t["weight-decay"] <= 1e-3
-        # the trial's run folder: /runs/katib/${trialSpec.Name} on the default local volume
-        run_dir = state / "volumes" / "runs" / "katib" / t["trial"]
+        # the trial's run folder: /mnt/chexflow/runs/katib/${trialSpec.Name} on the PVC, here
+        # the default local folder of the volume `data`
+        run_dir = state / "volumes" / "data" / "runs" / "katib" / t["trial"]
         assert (run_dir / "metrics.json").exists()
         log = (state / "trials" / t["trial"] / "stdout.log").read_text()
         assert "horovodrun -np 2 -H localhost:2 --gloo" in log

@@ -171,7 +171,7 @@ def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
     assert n == spec["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
     assert program[:3] == ["python", "-m", "chexflow.train.worker"]
     assert program[program.index("--lr") + 1] == format_value(exp.parameter("lr"), params["lr"])
-    assert program[program.index("--out") + 1] == "/runs/katib/chexnet-trial-1"
+    assert program[program.index("--out") + 1] == "/mnt/chexflow/runs/katib/chexnet-trial-1"
 
 
 def test_mpijob_launcher_becomes_horovodrun_with_local_volumes(tmp_path: Path):
@@ -184,8 +184,8 @@ def test_mpijob_launcher_becomes_horovodrun_with_local_volumes(tmp_path: Path):
     assert argv[1:6] == ["-np", "2", "-H", "localhost:2", "--gloo"]
     assert Path(argv[6]).parent.parent.name == ".venv-trainer"
     assert argv[7:9] == ["-m", "chexflow.train.worker"]
-    assert argv[argv.index("--data") + 1] == str(tmp_path / "tfrecords")
-    assert argv[argv.index("--out") + 1] == str((tmp_path / "vols" / "runs").resolve() / "katib/t1")
+    assert argv[argv.index("--data") + 1] == str(tmp_path.resolve() / "tfrecords")
+    assert argv[argv.index("--out") + 1] == str(tmp_path.resolve() / "runs/katib/t1")
     assert argv[argv.index("--epochs") + 1] == "1" and argv[argv.index("--weights") + 1] == "none"
     assert "-mca" not in argv and env["PYTHONUNBUFFERED"] == "1"
 
