@@ -111,11 +111,13 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _cmdline(pid: int) -> str:
+def _is_worker(pid: int) -> bool:
+    """A Horovod rank: `python -m chexflow.train.worker ...` (not horovodrun or its shells)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
     except OSError:
-        return ""
+        return False
+    return Path(argv[0]).name.startswith("python") and argv[1:3] == ["-m", "chexflow.train.worker"]
 
 
 @pytest.mark.trainer
@@ -137,7 +139,10 @@ def test_resnet50_resumes_after_a_killed_worker(nih_tfrecords, tmp_path):
     for line in proc.stdout:
         first_run.append(line)
         if "epoch=1 " in line:
-            workers = [p for p in _descendants(proc.pid) if "chexflow.train.worker" in _cmdline(p)]
+            workers = [p for p in _descendants(proc.pid) if _is_worker(p)]
+            if len(workers) != 2:
+                for pid in [proc.pid, *_descendants(proc.pid)]:
+                    os.kill(pid, signal.SIGKILL)
             assert len(workers) == 2, workers
             killed = max(workers)
             os.kill(killed, signal.SIGKILL)

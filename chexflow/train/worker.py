@@ -18,7 +18,7 @@ from pathlib import Path
 from chexflow.errors import ChexflowError
 from chexflow.train.launch import ERROR_FILE_ENV
 from chexflow.train.options import add_train_arguments
-from chexflow.train.rundir import RUN_FILE, check_all, run_identity
+from chexflow.train.rundir import RUN_FILE, RunError, check_all, run_identity
 
 
 def _configure_devices(tf, local_rank: int, local_size: int) -> str:
@@ -113,11 +113,21 @@ def train(args: argparse.Namespace) -> int:
     # resume: rank 0 reads state.json and the last checkpoint; variables are broadcast
     ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = tf.train.CheckpointManager(ckpt, str(out / "checkpoints"), max_to_keep=2)
-    state = {}
     state_file = out / "checkpoints" / "state.json"
-    if rank == 0 and state_file.exists() and manager.latest_checkpoint:
+
+    def restore() -> dict:
+        """Rank 0: state.json and the checkpoint of the epoch it records (a run killed between
+        the two writes may have left one more checkpoint; that epoch is then trained again)."""
+        if not state_file.exists():
+            return {}
         state = json.loads(state_file.read_text())
-        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        path = out / "checkpoints" / f"ckpt-{state['epoch']}"
+        if not Path(f"{path}.index").exists():
+            raise RunError(f"{state_file}: says epoch {state['epoch']} but {path} is missing")
+        ckpt.restore(str(path)).assert_existing_objects_matched()
+        return {**state, "restored_from": str(path)}
+
+    state = _collective_check(hvd_tf, restore)
     state = hvd_tf.broadcast_object(state, root_rank=0)
     hvd_tf.broadcast_variables(model.variables + model.optimizer.variables, root_rank=0)
     initial_epoch = int(state.get("epoch", 0))
@@ -125,7 +135,7 @@ def train(args: argparse.Namespace) -> int:
         print(
             f"train: {args.model} {args.image_size}px, {size} workers ({device}), batch "
             f"{args.batch_size}/worker, lr {args.lr} x {size}"
-            + (f"; resumed after epoch {initial_epoch} from {manager.latest_checkpoint}"
+            + (f"; resumed after epoch {initial_epoch} from {state['restored_from']}"
                if initial_epoch else ""),
             flush=True,
         )
