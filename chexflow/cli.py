@@ -17,6 +17,7 @@ from chexflow.errors import ChexflowError
 # Modules with a `register(subparsers)` function. Keep imports in them light: heavy libraries
 # (tensorflow, kfp) are imported inside the command functions.
 COMMAND_MODULES = (
+    "chexflow.bench.commands",
     "chexflow.data.commands",
     "chexflow.train.commands",
     "chexflow.evaluate.commands",

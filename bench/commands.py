@@ -1,0 +1,89 @@
+"""`chexflow bench [--quick] [--gpu] [--out DIR] [--only NAME ...]`."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="throughput and overheads, side by side and interleaved (JSON, Markdown, PNG)",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the plumbing")
+    p.add_argument("--gpu", action="store_true", help="the single-GPU sweep (needs a GPU)")
+    p.add_argument("--out", type=Path, default=Path("runs/bench"))
+    p.add_argument("--only", nargs="+", choices=COMPARISONS, help="run only these comparisons")
+    p.add_argument("--repeats", type=int, help="runs of each side (default 3; --quick 1)")
+    p.set_defaults(func=run_bench)
+
+
+def synth_tfrecords(work: Path, images: int, source_px: int, size: int) -> Path:
+    """A generated NIH dataset preprocessed to `size` px TFRecords (made once per work dir)."""
+    data = work / f"tfrecords-{size}"
+    if (data / "manifest.json").exists():
+        return data
+    raw = work / f"raw-{source_px}"
+    cli = [sys.executable, "-m", "chexflow.cli"]
+    if not (raw / "Data_Entry_2017.csv").exists():
+        subprocess.run([*cli, "data", "synth", "--out", str(raw), "--images", str(images),
+                        "--size", str(source_px)], check=True, capture_output=True)
+    subprocess.run([*cli, "preprocess", "--csv", str(raw / "Data_Entry_2017.csv"), "--images",
+                    str(raw / "images"), "--out", str(data), "--image-size", str(size),
+                    "--overwrite"], check=True, capture_output=True)
+    return data
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from chexflow.bench import katib_overhead, orchestration, preprocessing, training
+    from chexflow.bench.core import write_report
+
+    out: Path = args.out
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    if args.gpu:
+        return run_gpu(out, work, args.quick)
+    quick = args.quick
+    repeats = args.repeats or (1 if quick else 3)
+    wanted = args.only or COMPARISONS
+    # CPU sizes: 64 px keeps DenseNet-121 at a useful number of steps on 2 cores.
+    size, batch, steps = (32, 4, 4) if quick else (64, 16, 30)
+    results = []
+    if "preprocessing" in wanted:
+        n, px = (40, 128) if quick else (1500, 1024)
+        results.append(preprocessing.run(work / "preprocessing", n, px, 224, 2, repeats))
+    data = None
+    if {"input-pipeline", "scaling"} & set(wanted):
+        data = synth_tfrecords(work, 120 if quick else 1200, 64, size)
+    if "input-pipeline" in wanted:
+        for model in ("densenet121",) if quick else ("densenet121", "resnet50"):
+            results.append(training.input_pipeline(work, data, model, size, batch, steps, repeats))
+    if "orchestration" in wanted:
+        results.append(orchestration.run(work / "orchestration", "resnet50", size, batch, steps,
+                                         workers=1 if quick else 2, repeats=repeats))
+    if "scaling" in wanted:
+        results.append(training.scaling(work, data, "resnet50", size, batch, steps, repeats))
+    if "katib" in wanted:
+        results.append(katib_overhead.run(work / "katib", 5 if quick else 20, repeats))
+    doc = write_report(results, out, {"quick": quick, "repeats": repeats})
+    print((out / "bench.md").read_text())
+    print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.png'}")
+    return 0 if all(r["met"] for r in doc["results"]) or quick else 1
+
+
+def run_gpu(out: Path, work: Path, quick: bool) -> int:
+    import json
+
+    from chexflow.bench.gpu import require_gpu, sweep
+
+    gpus = require_gpu()
+    data = synth_tfrecords(work, 512 if quick else 4096, 256, 224)
+    rows = sweep(work / "gpu", data, quick)
+    (out / "bench-gpu.json").write_text(json.dumps({"gpus": gpus, "runs": rows}, indent=2))
+    print(f"wrote {out / 'bench-gpu.json'}")
+    return 0 if all("error" not in r for r in rows) else 1
