@@ -272,7 +272,10 @@ class LocalCluster:
         `kubectl logs` works: every container's log is the file written here (ClusterLogs)."""
         stages = resources.files("chexflow.cluster").joinpath("kwok-stages.yaml")
         pod_log = self.state_dir / "kwok-pod.log"
-        pod_log.write_text(KWOK_POD_LOG)
+        # CRI log format, as the kubelet reads container logs: "<RFC3339Nano> stdout F <line>"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+        pod_log.write_text("".join(f"{stamp} stdout F {line}\n"
+                                   for line in KWOK_POD_LOG.splitlines()))
         logs = self.state_dir / "kwok-logs.yaml"
         logs.write_text(json.dumps({
             "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",

@@ -18,6 +18,8 @@ NODE_LABELS = {"type": "kwok", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"
 # Pod labels understood by chexflow/cluster/kwok-stages.yaml.
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 HOLD_LABEL = "chexflow.io/kwok-hold"
+# Container environment variable: "fail" or "hold" for Job pods (the MPIJob launcher).
+OUTCOME_ENV = "CHEXFLOW_KWOK_OUTCOME"
 
 
 class NodesNotReady(ChexflowError):
