@@ -6,7 +6,7 @@ TRAINER := .venv-trainer
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-control setup-trainer demo test lint compile clean
+.PHONY: setup setup-system setup-control setup-trainer setup-cluster cluster-up cluster-down demo test lint compile clean
 
 setup: setup-system setup-control setup-trainer
 
@@ -19,11 +19,23 @@ setup-control:
 setup-trainer: setup-system
 	images/install-trainer.sh $(TRAINER)
 
+# The local Kubernetes control plane's binaries (cluster/build.sh; cached in ~/.cache/chexflow/k8s,
+# about 17 min cold on 2 cores, nothing to do when cached). The cluster tests need them.
+setup-cluster: setup-control
+	$(CONTROL)/bin/chexflow cluster build
+
+# Start / stop the local cluster by hand (then: eval "$$($(CONTROL)/bin/chexflow cluster env)").
+cluster-up: setup-cluster
+	$(CONTROL)/bin/chexflow cluster up
+
+cluster-down:
+	$(CONTROL)/bin/chexflow cluster down
+
 # The main job: the chexnet-train pipeline run locally (kfp.local) on a generated dataset.
 demo: setup
 	$(CONTROL)/bin/chexflow run chexnet-train --out $(DEMO_OUT)
 
-test: setup
+test: setup setup-cluster
 	$(CONTROL)/bin/python -m pytest $(PYTEST_ARGS)
 
 lint: setup-control
