@@ -61,7 +61,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if {"input-pipeline", "scaling"} & set(wanted):
         data = synth_tfrecords(work, 120 if quick else 1200, 64, size)
     if "input-pipeline" in wanted:
-        for model in ("densenet121",) if quick else ("densenet121", "resnet50"):
+        for model in ("resnet50",) if quick else ("densenet121", "resnet50"):
             results.append(training.input_pipeline(work, data, model, size, batch, steps, repeats))
     if "orchestration" in wanted:
         results.append(orchestration.run(work / "orchestration", "resnet50", size, batch, steps,

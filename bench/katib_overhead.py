@@ -3,10 +3,10 @@ the same trial commands started directly one after another. Goal: <= 0.5 s per t
 
 from __future__ import annotations
 
-import itertools
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -50,10 +50,9 @@ def run(work: Path, trials: int, repeats: int) -> Result:
     work.mkdir(parents=True, exist_ok=True)
     spec = work / "overhead.yaml"
     spec.write_text(SPEC.format(trials=trials))
-    runs = itertools.count()
 
     def through_runner() -> float:
-        state = work / f"state-{next(runs)}"
+        state = Path(tempfile.mkdtemp(prefix="state-", dir=work)) / "state"
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "chexflow.cli", "tune", str(spec), "--local",
                         "--no-progress", "--state", str(state), "--trial-command", TRIAL],

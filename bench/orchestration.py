@@ -5,10 +5,10 @@ wall time, is recorded beside it."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,24 +18,24 @@ from chexflow.envs import trainer_bin, trainer_python
 
 def run(work: Path, model: str, size: int, batch: int, steps: int, workers: int,
         repeats: int) -> Result:
-    runs = itertools.count()
+    work.mkdir(parents=True, exist_ok=True)
     walls: dict[str, list[float]] = {"chexflow run": [], "horovodrun": []}
     common = {"model": model, "image_size": size, "batch_size": batch, "steps_per_epoch": steps,
               "epochs": 1, "synthetic_data": True}
 
     def through_pipeline() -> float:
-        out = work / f"pipeline-{next(runs)}"
+        out = Path(tempfile.mkdtemp(prefix="pipeline-", dir=work))
         cmd = [sys.executable, "-m", "chexflow.cli", "run", "scaling-study", "--out", str(out),
                "--worker-counts", str(workers)]
         cmd += [f"--param={k}={json.dumps(v)}" for k, v in common.items()]
         start = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         walls["chexflow run"].append(time.perf_counter() - start)
-        (metrics,) = out.glob(f"scaling-study-*/work/train-w{workers}/metrics.json")
+        (metrics,) = out.glob(f"scaling-study-*/work/*/train-w{workers}/metrics.json")
         return json.loads(metrics.read_text())["images_per_sec"]
 
     def direct() -> float:
-        out = work / f"direct-{next(runs)}"
+        out = Path(tempfile.mkdtemp(prefix="direct-", dir=work))
         cmd = [str(trainer_bin("horovodrun")), "-np", str(workers), "-H", f"localhost:{workers}",
                "--gloo", str(trainer_python()), "-m", "chexflow.train.worker", "--out", str(out),
                "--model", model, "--image-size", str(size), "--batch-size", str(batch),

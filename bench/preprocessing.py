@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,6 +66,7 @@ def _timed(cmd: list[str], images: int) -> float:
 
 
 def run(work: Path, images: int, source_px: int, size: int, workers: int, repeats: int) -> Result:
+    work.mkdir(parents=True, exist_ok=True)
     raw = work / "raw"
     if not (raw / "Data_Entry_2017.csv").exists():
         subprocess.run([sys.executable, "-m", "chexflow.cli", "data", "synth", "--out", str(raw),
@@ -72,16 +74,15 @@ def run(work: Path, images: int, source_px: int, size: int, workers: int, repeat
                        check=True, capture_output=True)
     csv_path, image_dir = raw / "Data_Entry_2017.csv", raw / "images"
     py = str(trainer_python())
-    runs = iter(range(10**6))
 
     def chexflow_side() -> float:
-        out = work / f"pre-{next(runs)}"
+        out = Path(tempfile.mkdtemp(prefix="pre-", dir=work))
         return _timed([sys.executable, "-m", "chexflow.cli", "preprocess", "--csv", str(csv_path),
                        "--images", str(image_dir), "--out", str(out), "--image-size", str(size),
                        "--workers", str(workers)], images)
 
     def plain_side() -> float:
-        out = work / f"plain-{next(runs)}.tfrecord"
+        out = Path(tempfile.mkdtemp(prefix="plain-", dir=work)) / "plain.tfrecord"
         return _timed([py, "-m", __name__, "plain", str(csv_path), str(image_dir), str(out),
                        str(size)], images)
 

@@ -3,22 +3,20 @@ metrics.json, warm-up steps excluded, total = measured sum over ranks)."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from chexflow.bench.core import Result, Side, compare
-
-_runs = itertools.count()
 
 
 def train_images_per_sec(work: Path, data: Path | None, *, model: str, size: int, batch: int,
                          steps: int, workers: int = 1, synthetic: bool = False,
                          extra: tuple[str, ...] = ()) -> float:
     """One fresh `chexflow train` run (1 epoch of `steps` steps); its total images/s."""
-    out = work / f"train-{next(_runs)}"
+    out = Path(tempfile.mkdtemp(prefix="train-", dir=work))
     cmd = [sys.executable, "-m", "chexflow.cli", "train", "--model", model, "--workers",
            str(workers), "--epochs", "1", "--steps-per-epoch", str(steps), "--batch-size",
            str(batch), "--image-size", str(size), "--weights", "none", "--out", str(out),
