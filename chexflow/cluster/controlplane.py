@@ -291,8 +291,11 @@ class LocalCluster:
                 f"--tls-private-key-file={pki.serving_key}", "--node-lease-duration-seconds=40"]
 
     def _mpi_operator_args(self) -> list[str]:
+        # The work queue's default 10 syncs/s (burst 100) paced 100 MPIJobs to ~2 s each in
+        # bench/cluster_scale.py; the API client limits are raised to match.
         return [f"--kubeConfig={self.kubeconfig}", f"--lock-namespace={MPI_OPERATOR_NAMESPACE}",
-                "--threadiness=4", "--kube-api-qps=100", "--kube-api-burst=200"]
+                "--threadiness=4", "--kube-api-qps=200", "--kube-api-burst=400",
+                "--controller-queue-rate-limit=100", "--controller-queue-burst=1000"]
 
     # ---- readiness -----------------------------------------------------------------------------
     def _ssl_context(self) -> ssl.SSLContext:
