@@ -43,15 +43,15 @@ def input_pipeline(work: Path, data: Path, model: str, size: int, batch: int, st
 
 def scaling(work: Path, data: Path, model: str, size: int, batch: int, steps: int,
             repeats: int) -> Result:
-    """2 workers vs 1 (one core each): efficiency = total(2) / (2 x total(1)), goal >= 0.90."""
-    kw = dict(model=model, size=size, batch=batch, steps=steps)
+    """2 workers vs 1, one thread each: efficiency = total(2) / (2 x total(1)), goal >= 0.90."""
+    kw = dict(model=model, size=size, batch=batch, steps=steps, extra=("--threads", "1"))
     result = compare(
         f"horovod scaling {model}", "images/s",
         Side("2 workers (total)", lambda: train_images_per_sec(work, data, workers=2, **kw)),
         Side("1 worker x 2", lambda: 2 * train_images_per_sec(work, data, workers=1, **kw)),
         repeats=repeats, goal=0.90, figure_name="scaling efficiency",
         notes={"image_size": size, "batch_per_worker": batch, "steps": steps,
-               "threads_per_worker": "cores / workers"},
+               "threads_per_worker": 1},
     )
     result.notes["one_worker_images_per_sec"] = [s / 2 for s in result.samples_b]
     return result

@@ -249,3 +249,12 @@ def test_imagenet_weights_fail_clearly_offline(nih_tfrecords, tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "--weights imagenet: Keras could not fetch the ImageNet weights" in proc.stderr
     assert "--weights PATH" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bad_optimizer_options(nih_tfrecords, tmp_path):
+    proc = _train(nih_tfrecords, tmp_path / "o", "--optimizer", "rmsprop")
+    assert proc.returncode == 2 and "invalid choice: 'rmsprop'" in proc.stderr
+    proc = _train(nih_tfrecords, tmp_path / "o", "--weight-decay", "-0.1")
+    assert proc.returncode == 2 and "--weight-decay -0.1: must be >= 0" in proc.stderr
+    proc = _train(nih_tfrecords, tmp_path / "o", "--threads", "0")
+    assert proc.returncode == 2 and "--threads 0: must be >= 1" in proc.stderr

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 MODELS = ("densenet121", "resnet50")
+OPTIMIZERS = ("adam", "sgd")
 LAUNCHER_ONLY = ("workers", "hosts", "launcher")
 
 
@@ -17,6 +18,14 @@ def add_train_arguments(p: argparse.ArgumentParser, launcher: bool) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="images per worker per step")
     p.add_argument(
         "--lr", type=float, default=1e-3, help="learning rate for one worker (scaled by workers)"
+    )
+    p.add_argument(
+        "--optimizer", choices=OPTIMIZERS, default="adam",
+        help="adam (CheXNet: beta 0.9/0.999) or sgd (momentum 0.9, Nesterov)",
+    )
+    p.add_argument(
+        "--weight-decay", type=float, default=0.0,
+        help="decoupled weight decay of the optimizer (0: none, as in CheXNet)",
     )
     p.add_argument("--image-size", type=int, default=224, help="must match the manifest")
     p.add_argument(
@@ -58,6 +67,10 @@ def add_train_arguments(p: argparse.ArgumentParser, launcher: bool) -> None:
     )
     p.add_argument(
         "--validation-steps", type=int, help="default: the whole validation split"
+    )
+    p.add_argument(
+        "--threads", type=int,
+        help="CPU only: TensorFlow threads per worker (default: cores / workers on the host)",
     )
     if launcher:
         p.add_argument("--workers", type=int, default=1, help="Horovod processes")

@@ -59,9 +59,14 @@ def masked_bce_numpy(labels: np.ndarray, mask: np.ndarray, probs: np.ndarray) ->
     return float((bce * mask).sum(axis=1).mean()) if len(labels) else float("nan")
 
 
-def adam(lr: float) -> keras.optimizers.Optimizer:
-    """CheXNet's optimizer: Adam(beta_1=0.9, beta_2=0.999)."""
-    return keras.optimizers.Adam(learning_rate=lr, beta_1=0.9, beta_2=0.999)
+def optimizer(name: str, lr: float, weight_decay: float = 0.0) -> keras.optimizers.Optimizer:
+    """CheXNet's Adam(beta_1=0.9, beta_2=0.999), or SGD with Nesterov momentum 0.9; a positive
+    weight_decay is the optimizer's decoupled weight decay."""
+    decay = weight_decay or None
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate=lr, momentum=0.9, nesterov=True,
+                                    weight_decay=decay)
+    return keras.optimizers.Adam(learning_rate=lr, beta_1=0.9, beta_2=0.999, weight_decay=decay)
 
 
 def plateau_callback() -> keras.callbacks.ReduceLROnPlateau:

@@ -46,6 +46,10 @@ def check_options(args: argparse.Namespace) -> None:
         raise RunError(f"--steps-per-epoch {args.steps_per_epoch}: must be >= 1")
     if args.lr <= 0:
         raise RunError(f"--lr {args.lr}: must be > 0")
+    if args.weight_decay < 0:
+        raise RunError(f"--weight-decay {args.weight_decay}: must be >= 0")
+    if args.threads is not None and args.threads < 1:
+        raise RunError(f"--threads {args.threads}: must be >= 1")
     if args.data is None and not args.synthetic_data:
         raise RunError("--data is required (or --synthetic-data for a throughput run)")
     if args.shuffle_labels and args.synthetic_data:

@@ -21,7 +21,7 @@ from chexflow.train.options import add_train_arguments
 from chexflow.train.rundir import RUN_FILE, RunError, check_all, run_identity
 
 
-def _configure_devices(tf, local_rank: int, local_size: int) -> str:
+def _configure_devices(tf, local_rank: int, local_size: int, threads: int | None) -> str:
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         gpu = gpus[local_rank % len(gpus)]
@@ -29,7 +29,7 @@ def _configure_devices(tf, local_rank: int, local_size: int) -> str:
         tf.config.set_visible_devices(gpu, "GPU")
         return f"GPU {gpu.name}"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = max(1, cores // max(local_size, 1))
+    threads = threads or max(1, cores // max(local_size, 1))
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(2)
     return f"CPU, {threads} threads"
@@ -82,7 +82,7 @@ def train(args: argparse.Namespace) -> int:
 
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    device = _configure_devices(tf, hvd.local_rank(), hvd.local_size())
+    device = _configure_devices(tf, hvd.local_rank(), hvd.local_size(), args.threads)
     manifest = _collective_check(hvd_tf, lambda: check_all(args, size))
     manifest = hvd_tf.broadcast_object(manifest, root_rank=0)
     out = Path(args.out)
@@ -104,7 +104,9 @@ def train(args: argparse.Namespace) -> int:
             manifest.label_counts["train"], manifest.images("train"), classes
         )
     model.compile(
-        optimizer=hvd.DistributedOptimizer(recipe.adam(scaled_lr)),
+        optimizer=hvd.DistributedOptimizer(
+            recipe.optimizer(args.optimizer, scaled_lr, args.weight_decay)
+        ),
         loss=recipe.MaskedBCE(c, *weights),
         jit_compile=bool(args.xla),
     )
@@ -230,6 +232,8 @@ def _metrics(args, size, state, summary, epochs, started) -> dict:
         "epochs": int(state.get("epoch", 0)),
         "lr": args.lr,
         "scaled_lr": args.lr * size,
+        "optimizer": args.optimizer,
+        "weight_decay": args.weight_decay,
         "weights": args.weights,
         "synthetic_data": bool(args.synthetic_data),
         "shuffle_labels": bool(args.shuffle_labels),
