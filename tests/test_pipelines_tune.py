@@ -63,8 +63,16 @@ def test_tune_step_runs_the_sweep_and_feeds_training(tmp_path):
     assert "[tune-run-1]" in out.getvalue()
 
 
+def test_tuned_optimizer_and_weight_decay_map_onto_train_options():
+    params = apply_hparams({"lr": 1.0}, json.dumps(
+        {"lr": 0.01, "optimizer": "sgd", "weight-decay": 0.0001}))
+    argv = train_command("/d", "/o", params)
+    assert argv[argv.index("--optimizer") + 1] == "sgd"
+    assert float(argv[argv.index("--weight-decay") + 1]) == pytest.approx(0.0001)
+
+
 def test_tuned_parameter_without_a_train_option_is_refused():
-    with pytest.raises(StepError, match="'optimizer' is not an option of chexflow train"):
-        apply_hparams({}, json.dumps({"lr": 0.01, "optimizer": "sgd"}))
+    with pytest.raises(StepError, match="'momentum' is not an option of chexflow train"):
+        apply_hparams({}, json.dumps({"lr": 0.01, "momentum": 0.9}))
     with pytest.raises(StepError, match="'data' is not an option"):
         apply_hparams({}, json.dumps({"data": "/elsewhere"}))
