@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_chexflow
 from sklearn.metrics import roc_auc_score
 
 from chexflow.evaluate.auroc import auroc_summary, bootstrap_auroc, per_class_auroc, rank_auroc
@@ -14,6 +13,7 @@ from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.report import write_report
 from chexflow.evaluate.results import ResultsMissing, read_auroc
 from chexflow.pathologies import PATHOLOGIES
+from tests.conftest import run_chexflow
 
 
 def _toy(n=120, c=4, seed=0, skill=1.5):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from recorded_kube_fake import RecordedRequestFakeKubeApi
 
 from chexflow.jobs import JobFailed, JobSpec, JobTimeout, Volume
 from chexflow.jobs.kubernetes import KubernetesBackend, KubernetesError
 from chexflow.mpijob.schema import validate_mpijob
+from tests.recorded_kube_fake import RecordedRequestFakeKubeApi
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
 RBAC = Path(__file__).resolve().parent.parent / "mpijob" / "rbac.yaml"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_chexflow
 
 from chexflow.jobs import JobSpec, JobSpecError, Volume
 from chexflow.mpijob.render import render_batch_job, render_mpijob
 from chexflow.mpijob.schema import SchemaError, validate_mpijob
+from tests.conftest import run_chexflow
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_chexflow
 from kfp import components
 
 from chexflow.pipelines.registry import COMPILED_DIR, PIPELINES, compile_pipeline
+from tests.conftest import run_chexflow
 
 MPIJOB_INPUTS = {"workers", "gpus_per_worker", "cpu_per_worker", "memory_per_worker",
                  "trainer_image", "namespace", "data_pvc", "backend", "timeout_seconds"}

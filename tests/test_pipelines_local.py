@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_chexflow
+
+from tests.conftest import run_chexflow
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import read_json, run_chexflow
 
 from chexflow.slurm.local import LocalSlurm, missing_requirements
+from tests.conftest import read_json, run_chexflow
 
 TRAIN = ["--model", "densenet121", "--epochs", 1, "--batch-size", 4, "--image-size", 64,
          "--steps-per-epoch", 2]

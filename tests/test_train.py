@@ -12,13 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CHEXFLOW, read_json, run_chexflow
 
 from chexflow.evaluate.results import read_auroc
 from chexflow.train.launch import LaunchError, horovodrun_command, parse_hosts, resolve_hosts
 from chexflow.train.manifest import TrainDataError, count_records, load_manifest
 from chexflow.train.results import read_metrics
 from chexflow.train.throughput import RankTiming, jitter, summarize
+from tests.conftest import CHEXFLOW, read_json, run_chexflow
 
 METRIC_KEYS = {
     "model", "workers", "image_size", "batch_size_per_worker", "epochs", "images_per_sec",
