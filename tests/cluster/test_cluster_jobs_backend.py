@@ -6,6 +6,7 @@ from mpijob/rbac.yaml is enough for it and no more."""
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 import yaml
@@ -78,10 +79,17 @@ def test_backend_timeout_ends_and_cleans_up(k8s_api, k8s_namespace):
     with pytest.raises(JobTimeout) as err:
         be.run(train_spec("train-slow", workers=1, gpus=1, outcome="hold", timeout=5))
     assert "DeadlineExceeded" in str(err.value)
-    pods = client.CoreV1Api(k8s_api).list_namespaced_pod(k8s_namespace).items
-    running = [p.metadata.name for p in pods
-               if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
-    assert running == []
+
+    def running() -> list[str]:
+        pods = client.CoreV1Api(k8s_api).list_namespaced_pod(k8s_namespace).items
+        return [p.metadata.name for p in pods
+                if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+
+    # mpi-operator deletes the pods (cleanPodPolicy Running) right after marking it Failed
+    deadline = time.monotonic() + 30
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert running() == []
 
 
 def test_backend_gives_up_on_an_unschedulable_mpijob_and_deletes_it(
