@@ -73,7 +73,8 @@ def run(nodes: int = 1000, gpus_per_node: int = 8, jobs: int = 100, workers: int
                     "workers_per_job": workers, "gpus_per_worker": gpus_per_worker,
                     "machine": machine()}
     t0 = time.monotonic()
-    with LocalCluster(state_dir, nodes=1, gpus_per_node=gpus_per_node) as cluster:
+    with LocalCluster(state_dir, nodes=1, gpus_per_node=gpus_per_node,
+                      die_with_parent=True) as cluster:
         result["cluster_start_s"] = time.monotonic() - t0
         api = cluster.api_client()
         t = time.monotonic()

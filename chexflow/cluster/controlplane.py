@@ -54,6 +54,13 @@ def _alive(pid: int, exe: str) -> bool:
         return False
 
 
+def _term_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def rss_mib(pid: int) -> dict[str, float]:
     """Resident memory of a process from /proc: current (VmRSS) and peak (VmHWM), MiB."""
     out = {}
@@ -72,6 +79,10 @@ class LocalCluster:
     nodes: int = 4
     gpus_per_node: int = 8
     bin_dir: Path | None = None
+    # True: the components get SIGTERM when the process that started them dies (Linux
+    # PR_SET_PDEATHSIG), so a killed test run leaves nothing behind. `chexflow cluster up`
+    # leaves it False: its cluster outlives the command.
+    die_with_parent: bool = False
     ports: dict[str, int] = field(default_factory=dict)
     processes: dict[str, dict] = field(default_factory=dict)
 
@@ -210,7 +221,8 @@ class LocalCluster:
         with open(log, "ab") as out:
             proc = subprocess.Popen([exe, *args], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env={**os.environ, **(env or {})})
+                                    env={**os.environ, **(env or {})},
+                                    preexec_fn=_term_with_parent if self.die_with_parent else None)
         self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log)}
         self.save()
 

@@ -29,7 +29,7 @@ def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     if binaries.missing(binaries.cache_dir()) and shutil.which("go", path=go_path) is None:
         pytest.skip("no Kubernetes binaries cached and no Go toolchain to build them")
     cluster = LocalCluster(tmp_path_factory.mktemp("k8s"), nodes=NODES,
-                           gpus_per_node=GPUS_PER_NODE)
+                           gpus_per_node=GPUS_PER_NODE, die_with_parent=True)
     cluster.start(timeout=240)
     old = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
