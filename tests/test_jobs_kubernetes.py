@@ -79,8 +79,11 @@ def test_failure_raises_with_launcher_log_tail_and_keeps_job():
     log_req = [r for r in fake.requests if r.path.endswith("/log")]
     assert log_req and log_req[0].path.endswith("/pods/train-b-launcher/log")
     assert log_req[0].query["container"] == "launcher"
-    pod_list = [r for r in fake.requests if r.path.endswith("/pods")][0]
-    assert "training.kubeflow.org/job-role=launcher" in pod_list.query["labelSelector"]
+    selectors = [r.query["labelSelector"] for r in fake.requests if r.path.endswith("/pods")]
+    # while waiting: the job's pods (are they schedulable?); on failure: the launcher's
+    assert selectors[0] == "training.kubeflow.org/job-name=train-b"
+    assert selectors[-1] == ("training.kubeflow.org/job-name=train-b,"
+                             "training.kubeflow.org/job-role=launcher")
     assert ("team-a", "train-b") in fake.jobs  # on-success policy keeps failed jobs to inspect
 
 

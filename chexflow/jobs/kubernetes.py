@@ -30,9 +30,14 @@ from chexflow.mpijob.render import (
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 DELETE_POLICIES = ("always", "on-success", "never")
 SPEC_HASH_ANNOTATION = "chexflow.io/spec-sha256"
-# Time allowed beyond the job's own activeDeadlineSeconds for scheduling and image pulls.
+# Time allowed beyond the job's own activeDeadlineSeconds for scheduling and image pulls; also
+# how long pods may stay unschedulable before the job fails with the scheduler's reason.
 SCHEDULING_GRACE_SECONDS = 300
 LOG_TAIL_LINES = 60
+
+
+class JobUnschedulable(JobFailed):
+    """The job's pods stayed unschedulable (e.g. more GPUs per worker than any node has)."""
 
 
 class KubernetesError(ChexflowError):
@@ -123,7 +128,7 @@ class KubernetesBackend:
         self.create(obj)
         try:
             cond = self.wait(obj, spec.timeout_seconds + SCHEDULING_GRACE_SECONDS)
-        except JobTimeout:
+        except JobFailed:  # timed out, or could not be scheduled
             self.delete(kind, spec.name)
             raise
         except BaseException:
@@ -200,6 +205,7 @@ class KubernetesBackend:
         kind, name = obj["kind"], obj["metadata"]["name"]
         deadline = self.clock() + timeout_seconds
         last_state = None
+        unschedulable_since = None
         while True:
             current = self.get(kind, name)
             conditions = (current.get("status") or {}).get("conditions") or []
@@ -210,13 +216,44 @@ class KubernetesBackend:
             cond = finished_condition(conditions, kind)
             if cond is not None:
                 return cond
+            why = self.unschedulable(kind, name)
+            if why and unschedulable_since is None:
+                unschedulable_since = self.clock()
+                self._log(name, f"cannot be scheduled yet: {why}")
+            elif not why:
+                unschedulable_since = None
+            if why and self.clock() - unschedulable_since >= SCHEDULING_GRACE_SECONDS:
+                raise JobUnschedulable(
+                    f"{kind} {self.namespace}/{name} cannot be scheduled: {why} (unschedulable "
+                    f"for {self.clock() - unschedulable_since:.0f}s; it asks for more than any "
+                    f"node offers, or the cluster is full); it was deleted"
+                )
             if self.clock() >= deadline:
                 raise JobTimeout(
                     f"{kind} {self.namespace}/{name}: not finished after {timeout_seconds:.0f}s "
-                    f"(last condition: {state or 'none'}); it was deleted",
+                    f"(last condition: {state or 'none'}"
+                    + (f"; unschedulable: {why}" if why else "") + "); it was deleted",
                     self.log_tail(kind, name),
                 )
             self.sleep(self.poll_seconds)
+
+    def unschedulable(self, kind: str, name: str) -> str | None:
+        """The scheduler's message for a pod of the job it cannot place (PodScheduled False,
+        reason Unschedulable), or None."""
+        from kubernetes.client.rest import ApiException
+
+        selector = f"{JOB_NAME_LABEL}={name}" if kind == "MPIJob" else f"job-name={name}"
+        try:
+            pods = self._call(
+                self.core.list_namespaced_pod, self.namespace, label_selector=selector
+            )
+        except ApiException:
+            return None
+        for pod in pods.items:
+            for c in (pod.status.conditions if pod.status else None) or []:
+                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                    return f"pod {pod.metadata.name}: {c.message}"
+        return None
 
     def log_tail(self, kind: str, name: str) -> str:
         """The last lines of the launcher pod's log (MPIJob) or the job pod's log."""

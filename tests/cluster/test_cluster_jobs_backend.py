@@ -92,30 +92,21 @@ def test_backend_timeout_ends_and_cleans_up(k8s_api, k8s_namespace):
     assert running() == []
 
 
-def test_backend_gives_up_on_an_unschedulable_mpijob_and_deletes_it(
-        k8s_api, k8s_namespace, monkeypatch):
+def test_backend_explains_why_an_mpijob_cannot_be_scheduled(k8s_api, k8s_namespace, monkeypatch):
+    """More GPUs per worker than any node has: the job stays Pending, so instead of waiting
+    forever the backend fails with the scheduler's reason and deletes it (grace shortened)."""
     from kubernetes import client
 
-    # mpi-operator does not start activeDeadlineSeconds while workers are Pending, so the
-    # backend's own deadline (timeout + scheduling grace) ends the wait: shorten the grace.
     monkeypatch.setattr(kubernetes_backend, "SCHEDULING_GRACE_SECONDS", 0)
     be = backend(k8s_api, k8s_namespace)
-    with pytest.raises(JobTimeout) as err:
-        be.run(train_spec("train-greedy", workers=1, gpus=16, timeout=6))
-    assert "not finished after 6s" in str(err.value)
+    with pytest.raises(kubernetes_backend.JobUnschedulable) as err:
+        be.run(train_spec("train-greedy", workers=1, gpus=16, timeout=600))
+    assert f"Insufficient {nodes.GPU_RESOURCE}" in str(err.value)
+    assert "cannot be scheduled" in str(err.value) and "train-greedy-worker-0" in str(err.value)
     left = client.CustomObjectsApi(k8s_api).list_namespaced_custom_object(
         GROUP, VERSION, k8s_namespace, PLURAL)["items"]
-    assert [j["metadata"]["name"] for j in left if not j["metadata"].get("deletionTimestamp")] == []
-
-
-@pytest.mark.xfail(strict=True, reason="KubernetesBackend does not yet look at unschedulable "
-                   "pods: it reports only that the MPIJob did not finish (issue 4)")
-def test_backend_explains_why_an_mpijob_cannot_be_scheduled(k8s_api, k8s_namespace, monkeypatch):
-    monkeypatch.setattr(kubernetes_backend, "SCHEDULING_GRACE_SECONDS", 0)
-    be = backend(k8s_api, k8s_namespace)
-    with pytest.raises(JobFailed) as err:
-        be.run(train_spec("train-greedy", workers=1, gpus=16, timeout=6))
-    assert f"Insufficient {nodes.GPU_RESOURCE}" in str(err.value)
+    assert [j["metadata"]["name"] for j in left
+            if not j["metadata"].get("deletionTimestamp")] == []
 
 
 def test_launcher_service_account_from_rbac_yaml_can_run_jobs_and_nothing_more(
