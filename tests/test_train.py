@@ -258,3 +258,15 @@ def test_bad_optimizer_options(nih_tfrecords, tmp_path):
     assert proc.returncode == 2 and "--weight-decay -0.1: must be >= 0" in proc.stderr
     proc = _train(nih_tfrecords, tmp_path / "o", "--threads", "0")
     assert proc.returncode == 2 and "--threads 0: must be >= 1" in proc.stderr
+
+
+@pytest.mark.trainer
+def test_sgd_with_weight_decay_on_two_workers(tmp_path):
+    """SGD + LR warm-up across 2 Horovod ranks (Katib sweeps pick it); synthetic data."""
+    out = tmp_path / "sgd"
+    run_chexflow("train", "--synthetic-data", "--model", "resnet50", "--workers", 2,
+                 "--epochs", 1, "--steps-per-epoch", 3, "--batch-size", 4, "--image-size", 32,
+                 "--optimizer", "sgd", "--weight-decay", "0.0001", "--out", out)
+    m = read_metrics(out)
+    assert m["optimizer"] == "sgd" and m["weight_decay"] == pytest.approx(1e-4)
+    assert m["workers"] == 2 and len(m["images_per_sec_per_worker"]) == 2

@@ -173,6 +173,9 @@ def train(args: argparse.Namespace) -> int:
             hvd.callbacks.LearningRateWarmupCallback(
                 initial_lr=scaled_lr, warmup_epochs=args.lr_warmup_epochs,
                 steps_per_epoch=steps, verbose=0,
+                # Keras >= 2.11 optimizers keep momentum as a Python float, which Horovod's
+                # momentum correction cannot set (AttributeError with --optimizer sgd)
+                momentum_correction=False,
             )
         )
     if plateau is not None:
