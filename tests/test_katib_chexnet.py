@@ -1,6 +1,6 @@
 """End to end: chexflow's own Katib spec run locally; each trial is the MPIJob launcher's
 `mpirun -np 2 python -m chexflow.train.worker ...` run as horovodrun with 2 local workers in the
-trainer environment, on generated data (tiny: 2 trials, 1 epoch, 2 steps, 64 px)."""
+trainer environment, on generated data (tiny: 2 trials, 1 epoch, 3 steps, 2 timed, 64 px)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def test_chexnet_spec_runs_locally_with_chexflow_train_trials(nih_tfrecords: Pat
         "--set", "spec.maxFailedTrialCount=1",
         "--trial-arg", f"data={nih_tfrecords}", "--trial-arg", "weights=none",
         "--trial-arg", "epochs=1", "--trial-arg", "image-size=64",
-        "--trial-arg", "steps-per-epoch=2", "--trial-arg", "validation-steps=1",
+        "--trial-arg", "steps-per-epoch=3", "--trial-arg", "warmup-steps=1",
+        "--trial-arg", "validation-steps=1",
         timeout=1500,
     )
     res = read_json(state / "results.json")

@@ -154,6 +154,12 @@ def train(args: argparse.Namespace) -> int:
         )
 
     throughput = cb.Throughput(args.batch_size, args.warmup_steps)
+    if rank == 0 and steps <= args.warmup_steps:
+        print(
+            f"train: warning: {steps} steps per epoch <= --warmup-steps {args.warmup_steps}: "
+            "no step is timed, so images_per_sec is not reported",
+            flush=True,
+        )
     plateau = None
     callbacks: list = []
     if not args.synthetic_data and manifest.images("val"):
