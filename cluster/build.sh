@@ -39,7 +39,11 @@ build kwok sigs.k8s.io/kwok/cmd/kwok
 # so two local clusters on one machine would collide. It is built from a copy of its module
 # where that address is read from MPI_OPERATOR_HEALTH_ADDR (default ":8080", as upstream),
 # through a replace directive in a temporary copy of go.mod (-modfile); nothing else changes.
+# `go mod download` first: on a fresh machine the module is not in the module cache yet, and
+# `go list -m` would print no directory for it.
+go mod download github.com/kubeflow/mpi-operator
 src="$(go list -m -f '{{.Dir}}' github.com/kubeflow/mpi-operator)"
+[ -d "$src" ] || { echo "build.sh: no source directory for github.com/kubeflow/mpi-operator" >&2; exit 1; }
 patched="$tmp/src/mpi-operator"
 mkdir -p "$tmp/src" && cp -r "$src" "$patched" && chmod -R u+w "$patched"
 server_go="$patched/cmd/mpi-operator/app/server.go"
