@@ -66,9 +66,9 @@ def ensure_binaries(build: bool = True) -> Path:
     if not build or os.environ.get("CHEXFLOW_K8S_BIN"):
         raise BinariesMissing(
             f"{bin_dir}: missing {', '.join(absent)}; build them with `{BUILD_SCRIPT}` "
-            "(Go 1.26 at /usr/local/go, module proxy access; about 20 min cold on 2 cores)"
+            "(Go 1.26 at /usr/local/go, module proxy access; about 6 min cold on 2 idle cores)"
         )
-    print(f"building the Kubernetes control plane into {bin_dir} (cold: about 20 min)...",
+    print(f"building the Kubernetes control plane into {bin_dir} (cold: about 6 min)...",
           file=sys.stderr, flush=True)
     start = time.monotonic()
     proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)

@@ -3,7 +3,7 @@
 `k8s_cluster` (session): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
 (4 nodes x 8 nvidia.com/gpu) and mpi-operator, with the MPIJob and Experiment CRDs. The binaries
 come from ~/.cache/chexflow/k8s/<version>/, built by cluster/build.sh on first use (cold: about
-20 minutes on 2 cores). `k8s_namespace`: a fresh namespace per test, deleted afterwards.
+6 minutes on 2 idle cores). `k8s_namespace`: a fresh namespace per test, deleted afterwards.
 `KUBECONFIG` points at the cluster's admin kubeconfig while the session runs.
 """
 
