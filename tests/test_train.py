@@ -264,9 +264,16 @@ def test_bad_optimizer_options(nih_tfrecords, tmp_path):
 def test_sgd_with_weight_decay_on_two_workers(tmp_path):
     """SGD + LR warm-up across 2 Horovod ranks (Katib sweeps pick it); synthetic data."""
     out = tmp_path / "sgd"
-    run_chexflow("train", "--synthetic-data", "--model", "resnet50", "--workers", 2,
-                 "--epochs", 1, "--steps-per-epoch", 3, "--batch-size", 4, "--image-size", 32,
-                 "--optimizer", "sgd", "--weight-decay", "0.0001", "--out", out)
+    env = {k: v for k, v in os.environ.items() if k != "HOROVOD_CYCLE_TIME"}
+    proc = subprocess.run(
+        [*CHEXFLOW, "train", "--synthetic-data", "--model", "resnet50", "--workers", "2",
+         "--epochs", "1", "--steps-per-epoch", "3", "--batch-size", "4", "--image-size", "32",
+         "--optimizer", "sgd", "--weight-decay", "0.0001", "--threads", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # one thread per worker, and Horovod's cycle lengthened on CPU (the scaling fix)
+    assert "(CPU, 1 threads, Horovod cycle 25 ms)" in proc.stdout
     m = read_metrics(out)
     assert m["optimizer"] == "sgd" and m["weight_decay"] == pytest.approx(1e-4)
     assert m["workers"] == 2 and len(m["images_per_sec_per_worker"]) == 2
