@@ -20,6 +20,17 @@ from chexflow.train.launch import ERROR_FILE_ENV
 from chexflow.train.options import add_train_arguments
 from chexflow.train.rundir import RUN_FILE, RunError, check_all, run_identity
 
+# Horovod's background thread negotiates every HOROVOD_CYCLE_TIME ms (default 1). On a CPU host
+# every core already runs a worker's ops, and that polling took them: 2 ResNet-50 workers on 2
+# cores reached 0.70 scaling efficiency, 0.91 with 25 ms. A GPU keeps Horovod's default.
+CPU_CYCLE_TIME_MS = "25"
+
+
+def _horovod_cpu_defaults(tf) -> None:
+    """Before hvd.init(): a longer Horovod cycle on CPU-only hosts, unless the user set one."""
+    if not tf.config.list_physical_devices("GPU"):
+        os.environ.setdefault("HOROVOD_CYCLE_TIME", CPU_CYCLE_TIME_MS)
+
 
 def _configure_devices(tf, local_rank: int, local_size: int, threads: int | None) -> str:
     gpus = tf.config.list_physical_devices("GPU")
@@ -35,18 +46,6 @@ def _configure_devices(tf, local_rank: int, local_size: int, threads: int | None
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
     return f"CPU, {threads} threads, Horovod cycle {os.environ['HOROVOD_CYCLE_TIME']} ms"
-
-
-# Horovod's background thread negotiates every HOROVOD_CYCLE_TIME ms (default 1). On a CPU host
-# every core already runs a worker's ops, and that polling took them: 2 ResNet-50 workers on 2
-# cores reached 0.70 scaling efficiency, 0.91 with 25 ms. A GPU keeps Horovod's default.
-CPU_CYCLE_TIME_MS = "25"
-
-
-def _horovod_cpu_defaults(tf) -> None:
-    """Before hvd.init(): a longer Horovod cycle on CPU-only hosts, unless the user set one."""
-    if not tf.config.list_physical_devices("GPU"):
-        os.environ.setdefault("HOROVOD_CYCLE_TIME", CPU_CYCLE_TIME_MS)
 
 
 def _collective_check(hvd, fn):
