@@ -8,10 +8,11 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
+RUFF = Path(sys.executable).parent / "ruff"  # installed in the control environment
+
 
 def test_ruff_finds_nothing():
-    ruff = Path(sys.executable).parent / "ruff"
-    proc = subprocess.run([str(ruff), "check", "--no-cache", "."], cwd=REPO,
+    proc = subprocess.run([str(RUFF), "check", "--no-cache", "."], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -19,7 +20,6 @@ def test_ruff_finds_nothing():
 def test_ruff_reports_a_real_error(tmp_path: Path):
     bad = tmp_path / "bad.py"
     bad.write_text("import os\n")
-    ruff = Path(sys.executable).parent / "ruff"
-    proc = subprocess.run([str(ruff), "check", "--no-cache", "--isolated", "--select", "F401",
+    proc = subprocess.run([str(RUFF), "check", "--no-cache", "--isolated", "--select", "F401",
                            str(bad)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "F401" in proc.stdout
