@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from chexflow.envs import trainer_python
 from chexflow.evaluate.results import read_auroc
 from chexflow.train.launch import LaunchError, horovodrun_command, parse_hosts, resolve_hosts
 from chexflow.train.manifest import TrainDataError, count_records, load_manifest
@@ -201,6 +202,35 @@ def test_corrupt_tfrecord_is_named(nih_tfrecords, tmp_path, damage):
     victim.write_bytes(raw[: len(raw) // 2] if damage == "truncate" else os.urandom(len(raw)))
     proc = _train(data, tmp_path / "out")
     assert proc.returncode == 2 and f"{victim}: corrupt TFRecord" in proc.stderr
+
+
+# Rewrites the shards' records with 5-byte images: the framing and CRCs stay valid, so only
+# decoding inside the input pipeline finds them (every record, so the first batch does).
+SHORT_IMAGES = """
+import sys, tensorflow as tf
+for path in sys.argv[1:]:
+    records = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+    with tf.io.TFRecordWriter(path) as w:
+        for raw in records:
+            example = tf.train.Example.FromString(raw)
+            example.features.feature["image"].bytes_list.value[0] = b"short"
+            w.write(example.SerializeToString())
+"""
+
+
+@pytest.mark.trainer
+def test_bad_record_inside_a_valid_shard_is_reported_as_data(nih_tfrecords, tmp_path):
+    data = _copy(nih_tfrecords, tmp_path)
+    shards = sorted(str(p) for p in (data / "train").glob("*.tfrecord"))
+    subprocess.run([str(trainer_python()), "-c", SHORT_IMAGES, *shards], check=True,
+                   capture_output=True)
+    proc = _train(data, tmp_path / "out", "--model", "resnet50", "--batch-size", 4,
+                  "--steps-per-epoch", 4)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--data {data}: corrupt TFRecord data while training" in proc.stderr
+    # the line saying what was wrong (64 x 64 bytes expected), not "Graph execution error"
+    assert "Input to reshape is a tensor with 20 values" in proc.stderr
+    assert "Graph execution error" not in proc.stderr
 
 
 def test_manifest_from_another_image_size(nih_tfrecords, tmp_path):

@@ -37,8 +37,12 @@ def add_train_arguments(p: argparse.ArgumentParser, launcher: bool) -> None:
     p.add_argument(
         "--synthetic-data", action="store_true", help="train on in-memory random tensors"
     )
-    p.add_argument("--amp", action="store_true", help="mixed precision (float16 on GPU)")
-    p.add_argument("--xla", action="store_true", help="compile the training step with XLA")
+    p.add_argument(
+        "--amp", action="store_true", help="mixed precision (float16 on GPU, bfloat16 on CPU)"
+    )
+    p.add_argument(
+        "--xla", action="store_true", help="XLA auto-clustering of the training step"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--steps-per-epoch", type=int, help="default: train images / (batch size x workers)"

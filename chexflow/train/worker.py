@@ -26,6 +26,21 @@ from chexflow.train.rundir import RUN_FILE, RunError, check_all, run_identity
 CPU_CYCLE_TIME_MS = "25"
 
 
+# --xla is XLA auto-clustering (tf_cnn_benchmarks' --xla), not Keras' jit_compile: HorovodAllreduce
+# has no XLA kernel in this build, so an explicitly compiled train step fails to compile, while
+# auto-clustering compiles the forward and backward pass around the allreduce (Horovod's XLA
+# guide). The CPU flag lets clusters form on hosts without a GPU too.
+XLA_FLAGS = ("--tf_xla_auto_jit=2", "--tf_xla_cpu_global_jit")
+
+
+def _xla_autoclustering() -> None:
+    """Before TensorFlow starts: add the auto-clustering flags to the user's TF_XLA_FLAGS."""
+    flags = os.environ.get("TF_XLA_FLAGS", "").split()
+    named = {f.split("=")[0] for f in flags}
+    flags += [f for f in XLA_FLAGS if f.split("=")[0] not in named]
+    os.environ["TF_XLA_FLAGS"] = " ".join(flags)
+
+
 def _horovod_cpu_defaults(tf) -> None:
     """Before hvd.init(): a longer Horovod cycle on CPU-only hosts, unless the user set one."""
     if not tf.config.list_physical_devices("GPU"):
@@ -46,6 +61,20 @@ def _configure_devices(tf, local_rank: int, local_size: int, threads: int | None
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
     return f"CPU, {threads} threads, Horovod cycle {os.environ['HOROVOD_CYCLE_TIME']} ms"
+
+
+def _from_input_pipeline(args: argparse.Namespace, error) -> bool:
+    """Whether a TensorFlow error came from reading the TFRecords (not from the model's step)."""
+    if args.synthetic_data:
+        return False
+    return type(error).__name__ == "DataLossError" or "IteratorGetNext" in error.message
+
+
+def _tf_error_detail(message: str) -> str:
+    """The line of a TensorFlow graph error that says what went wrong, not where."""
+    where = ("Graph execution error", "Detected at node", "<stack traces", "File ", "[[")
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return next((line for line in lines if not line.startswith(where)), lines[0])[:300]
 
 
 def _collective_check(hvd, fn):
@@ -84,6 +113,8 @@ def train(args: argparse.Namespace) -> int:
     """Train on this rank (collective: every rank of the Horovod job runs it)."""
     started = time.time()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if args.xla:
+        _xla_autoclustering()
     import horovod.tensorflow as hvd_tf
     import horovod.tensorflow.keras as hvd
     import tensorflow as tf
@@ -122,7 +153,7 @@ def train(args: argparse.Namespace) -> int:
             recipe.optimizer(args.optimizer, scaled_lr, args.weight_decay)
         ),
         loss=recipe.MaskedBCE(c, *weights),
-        jit_compile=bool(args.xla),
+        jit_compile=False,  # --xla: auto-clustering, see XLA_FLAGS
     )
     model.optimizer.build(model.trainable_variables)
 
@@ -214,11 +245,13 @@ def train(args: argparse.Namespace) -> int:
                 steps_per_epoch=steps, callbacks=callbacks, verbose=2 if rank == 0 else 0,
             )
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            if not _from_input_pipeline(args, e):
+                raise
             from chexflow.train.manifest import TrainDataError
 
             raise TrainDataError(
                 f"--data {args.data}: corrupt TFRecord data while training "
-                f"({type(e).__name__}: {e.message.splitlines()[0][:300]})"
+                f"({type(e).__name__}: {_tf_error_detail(e.message)})"
             ) from e
     elif rank == 0:
         print(f"train: {out} already holds {initial_epoch} epochs; nothing to do", flush=True)
