@@ -77,13 +77,13 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def run_gpu(out: Path, work: Path, quick: bool) -> int:
-    import json
+    from chexflow.bench import gpu
 
-    from chexflow.bench.gpu import require_gpu, sweep
-
-    gpus = require_gpu()
-    data = synth_tfrecords(work, 512 if quick else 4096, 256, 224)
-    rows = sweep(work / "gpu", data, quick)
-    (out / "bench-gpu.json").write_text(json.dumps({"gpus": gpus, "runs": rows}, indent=2))
-    print(f"wrote {out / 'bench-gpu.json'}")
+    gpus = gpu.require_gpu()
+    plan = gpu.SweepPlan.quick() if quick else gpu.SweepPlan()
+    data = synth_tfrecords(work, 512 if quick else 4096, 256, plan.image_size)
+    rows = gpu.sweep(work / "gpu", data, plan)
+    gpu.write_report(rows, out, gpus, plan)
+    print((out / "bench-gpu.md").read_text())
+    print(f"wrote {out / 'bench-gpu.json'}, {out / 'bench-gpu.md'}, {out / 'bench-gpu.png'}")
     return 0 if all("error" not in r for r in rows) else 1
