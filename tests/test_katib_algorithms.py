@@ -10,11 +10,9 @@ import yaml
 
 from chexflow.katib.spec import parse_experiment
 from chexflow.katib.suggest import History, make_suggester
-from tests.conftest import REPO
+from chexflow.reference import reference_dir
 
-BASE = yaml.safe_load(
-    (REPO.parent / "shared" / "reference" / "katib-examples" / "tpe.yaml").read_text()
-)
+BASE = yaml.safe_load((reference_dir() / "katib-examples" / "tpe.yaml").read_text())
 
 
 def bowl(p: dict) -> float:

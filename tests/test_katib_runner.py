@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CHEXFLOW, REPO, read_json, run_chexflow
+from chexflow.reference import reference_dir
+from tests.conftest import CHEXFLOW, read_json, run_chexflow
 
-EXAMPLES = REPO.parent / "shared" / "reference" / "katib-examples"
+EXAMPLES = reference_dir() / "katib-examples"
 PY = sys.executable
 # loss = distance to (lr 0.03, momentum 0.7): never below the examples' goal 0.001 unless close.
 BOWL = (f"{PY} -c 'import sys; lr, m = map(float, sys.argv[1:]); "

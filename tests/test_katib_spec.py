@@ -13,9 +13,10 @@ import yaml
 from chexflow.katib.spec import SpecError, load_experiment, parse_experiment
 from chexflow.katib.suggest import History, format_value, make_suggester
 from chexflow.katib.trialspec import local_command, render_trial_spec, split_mpirun
+from chexflow.reference import reference_dir
 from tests.conftest import REPO, run_chexflow
 
-REFERENCE = REPO.parent / "shared" / "reference"
+REFERENCE = reference_dir()
 EXAMPLES = sorted((REFERENCE / "katib-examples").glob("*.yaml"))
 SPECS = sorted((REPO / "katib" / "specs").glob("*.yaml"))
 

@@ -10,6 +10,7 @@ import yaml
 from chexflow.jobs import JobSpec, JobSpecError, Volume
 from chexflow.mpijob.render import render_batch_job, render_mpijob
 from chexflow.mpijob.schema import SchemaError, validate_mpijob
+from chexflow.reference import reference_dir
 from tests.conftest import run_chexflow
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
@@ -79,10 +80,7 @@ def test_schema_requires_an_explicit_clean_pod_policy_and_one_launcher():
 
 def test_katib_reference_trial_spec_is_checked_too():
     """The Katib example's trialSpec is a kubeflow.org/v1 MPIJob: the v2beta1 check says so."""
-    shared = Path(__file__).resolve().parents[2] / "shared"
-    ref = shared / "reference/katib-examples/mpijob-horovod.yaml"
-    if not ref.exists():
-        pytest.skip(f"{ref} not present")
+    ref = reference_dir() / "katib-examples" / "mpijob-horovod.yaml"
     trial = yaml.safe_load(ref.read_text())["spec"]["trialTemplate"]["trialSpec"]
     trial["metadata"] = {"name": "t"}
     with pytest.raises(SchemaError, match=r"apiVersion is 'kubeflow.org/v1'.*cleanPodPolicy"):

@@ -1,8 +1,7 @@
 """Installing the real Kubeflow CRDs (MPIJob v2beta1, Katib Experiment v1beta1) into the cluster.
 
-The CRD files are the upstream ones kept read-only in the shared reference folder
-(`../shared/reference/crds/` next to the repository; provenance in its README.md).
-`CHEXFLOW_CRDS_DIR` points elsewhere.
+The CRD files are the upstream ones in the shared reference folder's `crds/`
+(chexflow.reference). `CHEXFLOW_CRDS_DIR` points elsewhere.
 """
 
 from __future__ import annotations
@@ -13,12 +12,10 @@ from pathlib import Path
 
 import yaml
 
-from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
+from chexflow.reference import ReferenceMissing, reference_dir
 
 CRD_FILES = ("mpijobs.kubeflow.org.v2beta1.yaml", "experiments.kubeflow.org.v1beta1.yaml")
-_CANDIDATES = (REPO_ROOT.parent / "shared" / "reference" / "crds",
-               Path("/work/shared/reference/crds"))
 
 
 class CRDMissing(ChexflowError):
@@ -28,14 +25,17 @@ class CRDMissing(ChexflowError):
 def crds_dir() -> Path:
     """The folder holding CRD_FILES."""
     override = os.environ.get("CHEXFLOW_CRDS_DIR")
-    candidates = (Path(override),) if override else _CANDIDATES
-    for d in candidates:
-        if all((d / f).is_file() for f in CRD_FILES):
-            return d
-    raise CRDMissing(
-        f"CRD files {', '.join(CRD_FILES)} not found in {', '.join(map(str, candidates))}; "
-        "set CHEXFLOW_CRDS_DIR to the folder holding them"
-    )
+    try:
+        d = Path(override) if override else reference_dir() / "crds"
+    except ReferenceMissing as e:
+        raise CRDMissing(f"{e}, or CHEXFLOW_CRDS_DIR to the folder of the CRD files") from e
+    missing = [f for f in CRD_FILES if not (d / f).is_file()]
+    if missing:
+        raise CRDMissing(
+            f"{d}: CRD files {', '.join(missing)} not found; set CHEXFLOW_CRDS_DIR to the "
+            "folder holding them"
+        )
+    return d
 
 
 def load_crds(directory: Path | None = None) -> list[dict]:
