@@ -7,11 +7,11 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chexflow.bench.core import machine
+from chexflow.bench.training import train_command
 from chexflow.envs import trainer_python
 from chexflow.errors import ChexflowError
 
@@ -66,13 +66,9 @@ def sweep(work: Path, data: Path, plan: SweepPlan) -> list[dict]:
         plan.models, plan.amp, plan.xla, plan.synthetic, plan.batches
     ):
         out = work / f"{model}-b{batch}-amp{int(amp)}-xla{int(xla)}-syn{int(synthetic)}"
-        cmd = [sys.executable, "-m", "chexflow.cli", "train", "--model", model, "--workers", "1",
-               "--epochs", "1", "--steps-per-epoch", str(plan.steps), "--warmup-steps",
-               str(plan.warmup_steps), "--batch-size", str(batch), "--image-size",
-               str(plan.image_size), "--weights", "none", "--validation-steps", "1",
-               "--out", str(out)]
-        cmd += ["--amp"] * amp + ["--xla"] * xla
-        cmd += ["--synthetic-data"] if synthetic else ["--data", str(data)]
+        extra = ("--warmup-steps", str(plan.warmup_steps), *["--amp"] * amp, *["--xla"] * xla)
+        cmd = train_command(out, data, model=model, size=plan.image_size, batch=batch,
+                            steps=plan.steps, synthetic=synthetic, extra=extra)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         row = {"model": model, "batch": batch, "amp": amp, "xla": xla, "synthetic": synthetic}
         if proc.returncode != 0:

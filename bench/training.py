@@ -12,16 +12,24 @@ from pathlib import Path
 from chexflow.bench.core import Result, Side, compare
 
 
+def train_command(out: Path, data: Path | None, *, model: str, size: int, batch: int,
+                  steps: int, workers: int = 1, synthetic: bool = False,
+                  extra: tuple[str, ...] = ()) -> list[str]:
+    """`chexflow train` for one epoch of `steps` steps, from scratch, into `out`."""
+    cmd = [sys.executable, "-m", "chexflow.cli", "train", "--model", model, "--workers",
+           str(workers), "--epochs", "1", "--steps-per-epoch", str(steps), "--batch-size",
+           str(batch), "--image-size", str(size), "--weights", "none", "--out", str(out),
+           "--validation-steps", "1", *extra]
+    return cmd + (["--synthetic-data"] if synthetic else ["--data", str(data)])
+
+
 def train_images_per_sec(work: Path, data: Path | None, *, model: str, size: int, batch: int,
                          steps: int, workers: int = 1, synthetic: bool = False,
                          extra: tuple[str, ...] = ()) -> float:
     """One fresh `chexflow train` run (1 epoch of `steps` steps); its total images/s."""
     out = Path(tempfile.mkdtemp(prefix="train-", dir=work))
-    cmd = [sys.executable, "-m", "chexflow.cli", "train", "--model", model, "--workers",
-           str(workers), "--epochs", "1", "--steps-per-epoch", str(steps), "--batch-size",
-           str(batch), "--image-size", str(size), "--weights", "none", "--out", str(out),
-           "--validation-steps", "1", *extra]
-    cmd += ["--synthetic-data"] if synthetic else ["--data", str(data)]
+    cmd = train_command(out, data, model=model, size=size, batch=batch, steps=steps,
+                        workers=workers, synthetic=synthetic, extra=extra)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
