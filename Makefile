@@ -19,7 +19,7 @@ setup-control:
 setup-trainer: setup-system
 	images/install-trainer.sh $(TRAINER)
 
-# The local Kubernetes control plane's binaries (cluster/build.sh; cached in ~/.cache/chexflow/k8s,
+# The local Kubernetes control plane's binaries (chexflow/localcluster/build/build.sh; cached in ~/.cache/chexflow/k8s,
 # about 6 min cold on an idle 2-core machine, downloads included; nothing to do when cached). The cluster tests need them.
 setup-cluster: setup-control
 	$(CONTROL)/bin/chexflow cluster build

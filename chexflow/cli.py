@@ -21,9 +21,9 @@ COMMAND_MODULES = (
     "chexflow.data.commands",
     "chexflow.train.commands",
     "chexflow.evaluate.commands",
-    "chexflow.cluster.commands",
+    "chexflow.localcluster.commands",
     "chexflow.slurm.commands",
-    "chexflow.mpijob.commands",
+    "chexflow.jobs.commands",
     "chexflow.pipelines.commands",
     "chexflow.katib.commands",
 )

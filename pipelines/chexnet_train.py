@@ -3,8 +3,8 @@
 
 from kfp import dsl
 
-from chexflow.components.ops import evaluate_op, preprocess_op, report_op, train_op
-from chexflow.images import trainer_image
+from chexflow.components.definitions import evaluate_op, preprocess_op, report_op, train_op
+from chexflow.container_images import trainer_image
 from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,

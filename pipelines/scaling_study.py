@@ -4,8 +4,8 @@ runs do not compete for the machines) -> throughput and scaling efficiency vs wo
 
 from kfp import dsl
 
-from chexflow.components.ops import preprocess_op, scaling_report_op, train_op
-from chexflow.images import trainer_image
+from chexflow.components.definitions import preprocess_op, scaling_report_op, train_op
+from chexflow.container_images import trainer_image
 from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,

@@ -4,8 +4,8 @@ optimal trial) -> final training with the best hyperparameters -> evaluate -> re
 
 from kfp import dsl
 
-from chexflow.components.ops import evaluate_op, preprocess_op, report_op, train_op, tune_op
-from chexflow.images import launcher_image, trainer_image
+from chexflow.components.definitions import evaluate_op, preprocess_op, report_op, train_op, tune_op
+from chexflow.container_images import launcher_image, trainer_image
 from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,

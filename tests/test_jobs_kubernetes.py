@@ -11,7 +11,7 @@ import yaml
 
 from chexflow.jobs import JobFailed, JobSpec, JobTimeout, Volume
 from chexflow.jobs.kubernetes import KubernetesBackend, KubernetesError
-from chexflow.mpijob.schema import validate_mpijob
+from chexflow.jobs.schema import validate_mpijob
 from tests.recorded_kube_fake import RecordedRequestFakeKubeApi
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"

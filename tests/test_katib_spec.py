@@ -142,7 +142,7 @@ def test_cli_reports_a_bad_spec_in_one_line(tmp_path: Path):
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
 def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
-    from chexflow.mpijob.schema import validate_mpijob
+    from chexflow.jobs.schema import validate_mpijob
 
     exp = load_experiment(path)
     obj = exp.objective

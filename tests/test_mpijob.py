@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from chexflow.jobs import JobSpec, JobSpecError, Volume
-from chexflow.mpijob.render import render_batch_job, render_mpijob
-from chexflow.mpijob.schema import SchemaError, validate_mpijob
+from chexflow.jobs.render import render_batch_job, render_mpijob
+from chexflow.jobs.schema import SchemaError, validate_mpijob
 from chexflow.reference import reference_dir
 from tests.conftest import run_chexflow
 

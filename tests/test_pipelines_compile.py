@@ -9,11 +9,19 @@ import pytest
 import yaml
 from kfp import components
 
-from chexflow.pipelines.registry import COMPILED_DIR, PIPELINES, compile_pipeline
+from chexflow.pipelines.registry import (
+    compile_pipeline,
+    components_dir,
+    pipeline_names,
+    pipelines_dir,
+)
 from tests.conftest import run_chexflow
 
 MPIJOB_INPUTS = {"workers", "gpus_per_worker", "cpu_per_worker", "memory_per_worker",
                  "trainer_image", "namespace", "data_pvc", "backend", "timeout_seconds"}
+
+PIPELINES = pipeline_names()
+COMPILED_DIR = pipelines_dir()
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +88,20 @@ def test_tune_then_train_feeds_the_optimal_trial_into_training(compiled):
 
 
 def test_compile_cli_writes_what_is_committed(tmp_path):
-    run_chexflow("compile", "--out", tmp_path, env={"CHEXFLOW_TRAINER_IMAGE": "",
-                                                      "CHEXFLOW_LAUNCHER_IMAGE": ""})
+    run_chexflow("compile", "--out", tmp_path, "--components-out", tmp_path / "components",
+                 env={"CHEXFLOW_TRAINER_IMAGE": "", "CHEXFLOW_LAUNCHER_IMAGE": ""})
     for name in PIPELINES:
         fresh = yaml.safe_load_all((tmp_path / f"{name}.yaml").read_text())
         committed = yaml.safe_load_all((COMPILED_DIR / f"{name}.yaml").read_text())
         assert list(fresh) == list(committed), f"pipelines/{name}.yaml is stale: chexflow compile"
     assert Path(COMPILED_DIR / "chexnet-train.yaml").exists()
+    fresh_components = sorted(p.name for p in (tmp_path / "components").glob("*.yaml"))
+    assert {"preprocess.yaml", "train.yaml", "evaluate.yaml", "tune.yaml"} <= set(fresh_components)
+    for name in fresh_components:
+        fresh = yaml.safe_load((tmp_path / "components" / name).read_text())
+        committed = yaml.safe_load((components_dir() / name).read_text())
+        assert fresh == committed, f"components/{name} is stale: chexflow compile"
+        components.load_component_from_file(str(components_dir() / name))
 
 
 def test_notebook_cells_are_valid_python_using_the_real_api():

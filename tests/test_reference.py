@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chexflow.cluster.crds import CRD_FILES, CRDMissing, crds_dir
+from chexflow.localcluster.crds import CRD_FILES, CRDMissing, crds_dir
 from chexflow.reference import REFERENCE_ENV, ReferenceMissing, reference_dir
 
 

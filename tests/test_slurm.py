@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.slurm.local import LocalSlurm, missing_requirements
+from chexflow.slurm.single_node import LocalSlurm, missing_requirements
 from tests.conftest import read_json, run_chexflow
 
 TRAIN = ["--model", "densenet121", "--epochs", 1, "--batch-size", 4, "--image-size", 64,

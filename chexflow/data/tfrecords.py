@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from chexflow.data.images import ImageRejected, load_greyscale
+from chexflow.data.pixels import ImageRejected, load_greyscale
 from chexflow.data.records import Record, Rejection
 
 

@@ -16,9 +16,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from chexflow.errors import ChexflowError
-from chexflow.jobs.result import JobResult
-from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
-from chexflow.mpijob.render import (
+from chexflow.jobs.render import (
     JOB_NAME_LABEL,
     LAUNCHER_ROLE_LABEL,
     MPIJOB_GROUP,
@@ -26,6 +24,8 @@ from chexflow.mpijob.render import (
     MPIJOB_VERSION,
     render,
 )
+from chexflow.jobs.result import JobResult
+from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 DELETE_POLICIES = ("always", "on-success", "never")

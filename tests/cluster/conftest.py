@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from chexflow.cluster import binaries
-from chexflow.cluster.controlplane import LocalCluster
+from chexflow.localcluster import binaries
+from chexflow.localcluster.controlplane import LocalCluster
 
 NODES = 4
 GPUS_PER_NODE = 8

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from chexflow.cluster import nodes
+from chexflow.localcluster import nodes
 
 pytestmark = pytest.mark.cluster
 

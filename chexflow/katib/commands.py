@@ -63,7 +63,7 @@ def run_tune(args: argparse.Namespace) -> int:
     exp = load_experiment(args.spec, args.overrides)
     state_dir = args.state or Path("runs") / "tune" / exp.name
     if args.cluster:
-        from chexflow.katib.cluster import run_on_cluster
+        from chexflow.katib.kubernetes import run_on_cluster
 
         result = run_on_cluster(exp, state_dir, args.namespace, args.timeout,
                                 args.poll_interval, args.dry_run)
@@ -77,8 +77,8 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
-    from chexflow.katib.local import LocalRunner, dry_run
     from chexflow.katib.results import table_text, write_results
+    from chexflow.katib.runner import LocalRunner, dry_run
     from chexflow.katib.state import open_state
     from chexflow.katib.suggest import LIBRARY
 

@@ -1,5 +1,5 @@
 """What each pipeline step does, as plain functions: describe a job, run it through the chosen
-backend, read what it wrote. The KFP components (chexflow.components.ops) are thin wrappers.
+backend, read what it wrote. The KFP components (chexflow.components.definitions) are thin wrappers.
 
 Jobs exchange data through a shared folder (`workdir`): a local path, or on a cluster the data
 PVC mounted at the same path in the component pods and in the MPIJob/Job pods.

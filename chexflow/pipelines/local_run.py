@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.pipelines.registry import PIPELINES, build
+from chexflow.pipelines.registry import build, pipeline_names
 
 # Small defaults that finish in a few minutes on 2 CPU cores.
 LOCAL_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -88,8 +88,8 @@ def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any]
     """Run pipeline `name` with kfp.local; return (and write) the run summary."""
     from kfp import local
 
-    if name not in PIPELINES:
-        raise ChexflowError(f"pipeline {name!r}: expected one of {', '.join(PIPELINES)}")
+    if name not in pipeline_names():
+        raise ChexflowError(f"pipeline {name!r}: expected one of {', '.join(pipeline_names())}")
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     run_dir = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from chexflow.cluster import binaries, certs, crds, nodes
 from chexflow.errors import ChexflowError
+from chexflow.localcluster import binaries, certs, crds, nodes
 
 STATE_FILE = "cluster.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
@@ -282,7 +282,7 @@ class LocalCluster:
     def _kwok_args(self, pki: certs.PKI) -> list[str]:
         """kwok manages the annotated nodes and serves their kubelet API on loopback, so
         `kubectl logs` works: every container's log is the file written here (ClusterLogs)."""
-        stages = resources.files("chexflow.cluster").joinpath("kwok-stages.yaml")
+        stages = resources.files("chexflow.localcluster").joinpath("kwok-stages.yaml")
         pod_log = self.state_dir / "kwok-pod.log"
         # CRI log format, as the kubelet reads container logs: "<RFC3339Nano> stdout F <line>"
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chexflow.images import launcher_image, trainer_image
+from chexflow.container_images import launcher_image, trainer_image
 from chexflow.jobs.spec import JobSpec
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"

@@ -14,7 +14,8 @@ import pytest
 from dockerfile_parse import DockerfileParser
 from spython.main.parse.parsers import SingularityParser
 
-from chexflow import __version__, images
+from chexflow import __version__
+from chexflow import container_images as images
 
 REPO = Path(__file__).resolve().parent.parent
 HADOLINT = str(Path(sys.executable).parent / "hadolint")
@@ -129,7 +130,7 @@ def test_apptainer_definition_bootstraps_from_the_trainer_image():
     assert recipe.fromHeader.lower() == "{{ trainer_image }}"
     assert any("/opt/chexflow/venv/bin" in e for e in recipe.environ)
     assert "chexflow" in recipe.cmd
-    # the build argument's default is the image chexflow.images names
+    # the build argument's default is the image chexflow.container_images names
     default = re.search(r"^%arguments\n\s+TRAINER_IMAGE=(\S+)$", text, re.M).group(1)
     assert default == f"{images.DEFAULT_REGISTRY}/trainer:{__version__}"
 

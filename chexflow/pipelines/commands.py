@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.pipelines.registry import pipeline_names, pipelines_dir
 
-PIPELINE_NAMES = ("chexnet-train", "scaling-study", "tune-then-train")
 # `chexflow run` options that override pipeline parameters (dest -> type)
 RUN_PARAMS = {"model": str, "workers": int, "epochs": int, "batch_size": int, "lr": float,
               "image_size": int, "steps_per_epoch": int, "weights": str, "bootstrap": int,
@@ -16,12 +16,17 @@ RUN_PARAMS = {"model": str, "workers": int, "epochs": int, "batch_size": int, "l
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    c = sub.add_parser("compile", help="write the pipelines' KFP IR YAML (pipelines/*.yaml)")
+    c = sub.add_parser(
+        "compile", help="write the KFP IR YAML of the pipelines (pipelines/) and components "
+        "(components/)")
+    names = pipeline_names()
     c.add_argument("pipelines", nargs="*", default=[], metavar="PIPELINE",
-                   help=f"default: all of {', '.join(PIPELINE_NAMES)}")
+                   help=f"default: all of {', '.join(names)}")
     c.add_argument("--out", type=Path, default=None, help="default: the pipelines/ folder")
-    c.add_argument("--trainer-image", help="default: chexflow.images.trainer_image()")
-    c.add_argument("--launcher-image", help="default: chexflow.images.launcher_image()")
+    c.add_argument("--components-out", type=Path, default=None,
+                   help="the components' YAML; default: the components/ folder")
+    c.add_argument("--trainer-image", help="default: chexflow.container_images.trainer_image()")
+    c.add_argument("--launcher-image", help="default: chexflow.container_images.launcher_image()")
     c.set_defaults(func=run_compile)
 
     r = sub.add_parser(
@@ -29,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run a pipeline on this machine with kfp.local's SubprocessRunner and the "
         "local job backend. Without --data a small NIH-format dataset is generated.",
     )
-    r.add_argument("pipeline", nargs="?", default="chexnet-train", choices=PIPELINE_NAMES)
+    r.add_argument("pipeline", nargs="?", default="chexnet-train", choices=names)
     r.add_argument("--data", type=Path, help="NIH-format folder, or chexflow preprocess output")
     r.add_argument("--out", type=Path, default=Path("runs"), help="runs go in OUT/PIPELINE-TIME")
     for dest, typ in RUN_PARAMS.items():
@@ -67,12 +72,14 @@ def parse_params(items: list[str]) -> dict:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    from chexflow.pipelines.registry import COMPILED_DIR, compile_pipeline
+    from chexflow.pipelines.registry import compile_components, compile_pipeline
 
-    for name in args.pipelines or PIPELINE_NAMES:
-        path = compile_pipeline(name, args.out or COMPILED_DIR, args.trainer_image,
+    for name in args.pipelines or pipeline_names():
+        path = compile_pipeline(name, args.out, args.trainer_image,
                                 args.launcher_image)
         print(f"compiled {name}: {path}")
+    for path in compile_components(args.components_out):
+        print(f"compiled component: {path}")
     return 0
 
 
@@ -105,11 +112,9 @@ def run_run(args: argparse.Namespace) -> int:
 def run_submit(args: argparse.Namespace) -> int:
     import kfp
 
-    from chexflow.pipelines.registry import COMPILED_DIR
-
     package = Path(args.pipeline)
     if not package.suffix:
-        package = COMPILED_DIR / f"{args.pipeline}.yaml"
+        package = pipelines_dir() / f"{args.pipeline}.yaml"
     if not package.exists():
         raise ChexflowError(f"{package}: no compiled pipeline (run `chexflow compile`)")
     from kfp_server_api.exceptions import ApiException

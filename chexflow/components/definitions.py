@@ -12,7 +12,7 @@ from typing import NamedTuple
 from kfp import dsl
 from kfp.dsl import HTML, ClassificationMetrics, Dataset, Markdown, Metrics, Output
 
-from chexflow.images import launcher_image
+from chexflow.container_images import launcher_image
 
 BASE_IMAGE = launcher_image()
 COMPONENT = {"base_image": BASE_IMAGE, "install_kfp_package": False}

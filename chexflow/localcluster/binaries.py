@@ -1,7 +1,7 @@
-"""The control plane's binaries: built from cluster/go.mod by cluster/build.sh, cached by version.
+"""The control plane's binaries: built from build/go.mod by build/build.sh, cached by version.
 
 The cache folder is `$CHEXFLOW_K8S_CACHE/<key>` (default `~/.cache/chexflow/k8s/<key>`), where
-<key> is the Kubernetes release in cluster/go.mod plus a hash of go.mod, go.sum and build.sh, so
+<key> is the Kubernetes release in build/go.mod plus a hash of go.mod, go.sum and build.sh, so
 a change of any pinned module or build step builds a fresh set.
 `CHEXFLOW_K8S_BIN` points at a ready folder instead.
 """
@@ -16,10 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
 
-GO_DIR = REPO_ROOT / "cluster"
+GO_DIR = Path(__file__).resolve().parent / "build"
 BUILD_SCRIPT = GO_DIR / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
             "mpi-operator")
@@ -30,7 +29,7 @@ class BinariesMissing(ChexflowError):
 
 
 def k8s_version() -> str:
-    """The k8s.io/kubernetes release cluster/go.mod requires (e.g. v1.36.3)."""
+    """The k8s.io/kubernetes release build/go.mod requires (e.g. v1.36.3)."""
     m = re.search(r"^\s*k8s\.io/kubernetes (v\S+)", (GO_DIR / "go.mod").read_text(), re.M)
     if not m:
         raise BinariesMissing(f"{GO_DIR / 'go.mod'}: no `k8s.io/kubernetes vX.Y.Z` requirement")
@@ -58,7 +57,7 @@ def missing(bin_dir: Path) -> list[str]:
 
 
 def ensure_binaries(build: bool = True) -> Path:
-    """The folder with all binaries; runs cluster/build.sh (minutes, cold) when any is missing."""
+    """The folder with all binaries; runs build/build.sh (minutes, cold) when any is missing."""
     bin_dir = cache_dir()
     absent = missing(bin_dir)
     if not absent:

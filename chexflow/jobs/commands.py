@@ -21,7 +21,8 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--environment", choices=("trainer", "control"), default="trainer")
     p.add_argument("--namespace", default="default")
-    p.add_argument("--image", default=None, help="default: chexflow.images for --environment")
+    p.add_argument("--image", default=None,
+                   help="default: chexflow.container_images for --environment")
     p.add_argument("--clean-pod-policy", choices=("All", "Running", "None"), default="Running")
     p.add_argument("--single", action="store_true", help="a batch Job (one process, no MPI)")
     p.add_argument("job_command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... (one rank)")
@@ -72,8 +73,8 @@ def spec_from_args(args: argparse.Namespace):
 def run_render(args: argparse.Namespace) -> int:
     import yaml
 
-    from chexflow.mpijob.render import render
-    from chexflow.mpijob.schema import validate_mpijob
+    from chexflow.jobs.render import render
+    from chexflow.jobs.schema import validate_mpijob
 
     spec = spec_from_args(args)
     kwargs = {"image": args.image}

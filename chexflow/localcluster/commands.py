@@ -53,7 +53,7 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from chexflow.cluster.controlplane import ClusterError, LocalCluster
+    from chexflow.localcluster.controlplane import ClusterError, LocalCluster
 
     if args.nodes < 1 or args.gpus_per_node < 0:
         raise ClusterError(f"--nodes must be >= 1 and --gpus-per-node >= 0 "
@@ -85,7 +85,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from chexflow.cluster.controlplane import LocalCluster
+    from chexflow.localcluster.controlplane import LocalCluster
 
     cluster = LocalCluster.attach(args.dir)
     cluster.stop()
@@ -94,7 +94,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from chexflow.cluster.controlplane import ClusterError, LocalCluster
+    from chexflow.localcluster.controlplane import ClusterError, LocalCluster
 
     cluster = LocalCluster.attach(args.dir)
     if not cluster.running():
@@ -105,7 +105,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from chexflow.cluster.binaries import ensure_binaries
+    from chexflow.localcluster.binaries import ensure_binaries
 
     print(ensure_binaries())
     return 0

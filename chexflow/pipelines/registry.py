@@ -1,0 +1,110 @@
+"""The pipelines by name, loaded from their definition files, and compiling them to IR YAML.
+
+A pipeline is a file `pipelines/<name with underscores>.py` in the project (the folder a user
+opens and edits), defining `NAME` and `build(...)`, which returns the `@dsl.pipeline` function.
+It is loaded by path, as `kfp dsl compile --py FILE` does; the compiled IR YAML goes beside it.
+`CHEXFLOW_PIPELINES_DIR` points at another folder of definitions.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from chexflow.envs import REPO_ROOT
+from chexflow.errors import ChexflowError
+
+PIPELINES_DIR_ENV = "CHEXFLOW_PIPELINES_DIR"
+
+
+def pipelines_dir() -> Path:
+    """The folder holding the pipeline definitions and their compiled YAML."""
+    return Path(os.environ.get(PIPELINES_DIR_ENV) or REPO_ROOT / "pipelines")
+
+
+def components_dir() -> Path:
+    """The folder for the components' compiled YAML (`components/` beside `pipelines/`)."""
+    return pipelines_dir().parent / "components"
+
+
+def pipeline_names() -> tuple[str, ...]:
+    """The names of the pipelines defined in pipelines_dir(), sorted."""
+    return tuple(sorted(p.stem.replace("_", "-") for p in pipelines_dir().glob("*.py")
+                        if not p.name.startswith("_")))
+
+
+def definition_file(name: str) -> Path:
+    path = pipelines_dir() / f"{name.replace('-', '_')}.py"
+    if not path.is_file():
+        known = ", ".join(pipeline_names()) or "none"
+        raise ChexflowError(f"pipeline {name!r}: no {path} (pipelines there: {known})")
+    return path
+
+
+def load(name: str) -> ModuleType:
+    """The definition module of pipeline `name`, executed once per process."""
+    path = definition_file(name)
+    module_name = f"chexflow_pipeline_{path.stem}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        del sys.modules[module_name]
+        raise
+    if getattr(module, "NAME", None) != name or not callable(getattr(module, "build", None)):
+        raise ChexflowError(f"{path}: expected NAME = {name!r} and a build() function")
+    return module
+
+
+def build(name: str, trainer_image: str | None = None, launcher_image: str | None = None):
+    """The @dsl.pipeline function for `name` (image defaults baked in as parameters)."""
+    import inspect
+
+    builder = load(name).build
+    if "default_launcher_image" in inspect.signature(builder).parameters:
+        return builder(trainer_image, launcher_image)
+    return builder(trainer_image)
+
+
+def compile_pipeline(name: str, out_dir: Path | None = None, trainer_image: str | None = None,
+                     launcher_image: str | None = None) -> Path:
+    """Write OUT_DIR/NAME.yaml (KFP IR, uploadable to the Kubeflow Pipelines UI)."""
+    import yaml
+    from kfp import compiler
+
+    out_dir = Path(out_dir or pipelines_dir())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}.yaml"
+    compiler.Compiler().compile(build(name, trainer_image, launcher_image), str(path))
+    if launcher_image:  # the components' own image (their base_image is fixed at import)
+        docs = list(yaml.safe_load_all(path.read_text()))
+        for executor in docs[0]["deploymentSpec"]["executors"].values():
+            executor["container"]["image"] = launcher_image
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return path
+
+
+def compile_components(out_dir: Path | None = None) -> list[Path]:
+    """Write each KFP component of chexflow.components.definitions to OUT_DIR/NAME.yaml, for
+    `kfp.components.load_component_from_file` in a user's own pipelines."""
+    from kfp import compiler
+    from kfp.dsl.base_component import BaseComponent
+
+    from chexflow.components import definitions
+
+    out_dir = Path(out_dir or components_dir())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for attr, component in sorted(vars(definitions).items()):
+        if isinstance(component, BaseComponent) and attr.endswith("_op"):
+            path = out_dir / f"{attr.removesuffix('_op').replace('_', '-')}.yaml"
+            compiler.Compiler().compile(component, str(path))
+            paths.append(path)
+    return paths
