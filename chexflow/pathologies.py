@@ -16,7 +16,6 @@ PATHOLOGIES: tuple[str, ...] = (
     "Pleural_Thickening",
     "Hernia",
 )
-NUM_CLASSES = len(PATHOLOGIES)
 NO_FINDING = "No Finding"
 
 # CheXNet (Rajpurkar et al. 2017, arXiv 1711.05225, Table 2), test-set AUROC per class.
@@ -61,4 +60,3 @@ CHEXPERT_COLUMN: dict[str, str | None] = {
     "Pleural_Thickening": None,
     "Hernia": None,
 }
-CHEXPERT_COMPETITION = ("Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Pleural Effusion")

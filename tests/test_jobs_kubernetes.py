@@ -166,3 +166,49 @@ def test_rbac_grants_exactly_the_verbs_the_backend_uses():
     granted = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"]
                for res in rule["resources"] for v in rule["verbs"]}
     assert used == granted
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))
+    return path
+
+
+def test_client_loader_prefers_kubeconfig_then_the_pod_then_says_what_is_missing(
+        tmp_path, monkeypatch):
+    from chexflow.kube import load_api_client
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig(tmp_path / "kc", "https://10.1.2.3:6443")))
+    assert load_api_client().configuration.host == "https://10.1.2.3:6443"
+    # in a pod (the kubelet's variables) an explicit KUBECONFIG still wins
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    assert load_api_client().configuration.host == "https://10.1.2.3:6443"
+    # in a pod without one: the service account (absent here, so its error, not a kubeconfig's)
+    monkeypatch.delenv("KUBECONFIG")
+    with pytest.raises(KubernetesError, match="no Kubernetes configuration .*token"):
+        load_api_client()
+    # outside a pod, with no kubeconfig: one clear line
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(KubernetesError, match="set KUBECONFIG"):
+        load_api_client()
+
+
+def test_one_finished_condition_for_mpijobs_jobs_and_experiments():
+    from chexflow.kube import finished_condition
+
+    running = [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]
+    done = {"type": "Succeeded", "status": "True", "reason": "JobSucceeded"}
+    assert finished_condition(running, "MPIJob") is None
+    assert finished_condition([*running, done], "MPIJob") == done
+    assert finished_condition([*running, done], "Experiment") == done
+    assert finished_condition([*running, done], "Job") is None
+    complete = {"type": "Complete", "status": "True"}
+    assert finished_condition([complete], "Job") == complete
+    assert finished_condition([{"type": "Failed", "status": "False"}], "Job") is None

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chexflow.components.steps import StepError, Target, apply_hparams, train_command, tune_step
+from chexflow.components.steps import StepError, Target, apply_hparams, tune_step
+from chexflow.train.options import TrainOptions
 
 SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"
 TRAIN_FLAGS = {"lr", "batch-size"}
@@ -56,23 +57,25 @@ def test_tune_step_runs_the_sweep_and_feeds_training(tmp_path):
     assert json.loads((state / "optimal.json").read_text()) == optimal
     assert set(optimal["parameters"]) == TRAIN_FLAGS
     assert optimal["metrics"]["val_auroc"] == pytest.approx(0.71)
-    params = apply_hparams({"model": "densenet121", "lr": 1.0}, json.dumps(optimal["parameters"]))
-    argv = train_command("/d", "/o", params)
+    options = apply_hparams(TrainOptions(lr=1.0), json.dumps(optimal["parameters"]))
+    argv = options.to_argv()
     assert argv[argv.index("--lr") + 1] == str(float(optimal["parameters"]["lr"]))
     assert argv[argv.index("--batch-size") + 1] == str(int(optimal["parameters"]["batch-size"]))
     assert "[tune-run-1]" in out.getvalue()
 
 
 def test_tuned_optimizer_and_weight_decay_map_onto_train_options():
-    params = apply_hparams({"lr": 1.0}, json.dumps(
+    options = apply_hparams(TrainOptions(lr=1.0), json.dumps(
         {"lr": 0.01, "optimizer": "sgd", "weight-decay": 0.0001}))
-    argv = train_command("/d", "/o", params)
+    argv = options.to_argv()
     assert argv[argv.index("--optimizer") + 1] == "sgd"
     assert float(argv[argv.index("--weight-decay") + 1]) == pytest.approx(0.0001)
 
 
 def test_tuned_parameter_without_a_train_option_is_refused():
     with pytest.raises(StepError, match="'momentum' is not an option of chexflow train"):
-        apply_hparams({}, json.dumps({"lr": 0.01, "momentum": 0.9}))
+        apply_hparams(TrainOptions(), json.dumps({"lr": 0.01, "momentum": 0.9}))
     with pytest.raises(StepError, match="'data' is not an option"):
-        apply_hparams({}, json.dumps({"data": "/elsewhere"}))
+        apply_hparams(TrainOptions(), json.dumps({"data": "/elsewhere"}))
+    with pytest.raises(StepError, match="batch_size 'many' is not int"):
+        apply_hparams(TrainOptions(), json.dumps({"batch-size": "many"}))

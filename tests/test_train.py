@@ -15,8 +15,10 @@ import pytest
 
 from chexflow.envs import trainer_python
 from chexflow.evaluate.results import read_auroc
-from chexflow.train.launch import LaunchError, horovodrun_command, parse_hosts, resolve_hosts
+from chexflow.jobs.local import horovodrun_command
+from chexflow.train.launch import LaunchError, parse_hosts, resolve_hosts
 from chexflow.train.manifest import TrainDataError, count_records, load_manifest
+from chexflow.train.options import TrainOptions
 from chexflow.train.results import read_metrics
 from chexflow.train.throughput import RankTiming, jitter, summarize
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
@@ -29,11 +31,15 @@ METRIC_KEYS = {
 
 
 def test_horovodrun_command_line():
-    cmd = horovodrun_command("horovodrun", "/py", 2, "localhost:2", ["--epochs", "1"])
-    assert cmd == [
+    worker = TrainOptions(epochs=1, out=Path("/o"), amp=True).worker_command("/py")
+    cmd = horovodrun_command(worker, 2, "localhost:2", horovodrun="horovodrun")
+    assert cmd[:9] == [
         "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
-        "/py", "-m", "chexflow.train.worker", "--epochs", "1",
+        "/py", "-m", "chexflow.train.worker",
     ]
+    argv = cmd[9:]
+    assert argv[argv.index("--epochs") + 1] == "1" and argv[argv.index("--out") + 1] == "/o"
+    assert "--amp" in argv and "--xla" not in argv and "--data" not in argv
     assert parse_hosts("a:2, b:4,c") == [("a", 2), ("b", 4), ("c", 1)]
     assert resolve_hosts(3, "a:2,b:1") == "a:2,b:1"
     assert resolve_hosts(1, None) == "localhost:1"

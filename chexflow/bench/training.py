@@ -10,17 +10,20 @@ import tempfile
 from pathlib import Path
 
 from chexflow.bench.core import Result, Side, compare
+from chexflow.train.options import TrainOptions
 
 
 def train_command(out: Path, data: Path | None, *, model: str, size: int, batch: int,
                   steps: int, workers: int = 1, synthetic: bool = False,
                   extra: tuple[str, ...] = ()) -> list[str]:
     """`chexflow train` for one epoch of `steps` steps, from scratch, into `out`."""
-    cmd = [sys.executable, "-m", "chexflow.cli", "train", "--model", model, "--workers",
-           str(workers), "--epochs", "1", "--steps-per-epoch", str(steps), "--batch-size",
-           str(batch), "--image-size", str(size), "--weights", "none", "--out", str(out),
-           "--validation-steps", "1", *extra]
-    return cmd + (["--synthetic-data"] if synthetic else ["--data", str(data)])
+    options = TrainOptions(
+        data=None if synthetic else data, model=model, epochs=1, steps_per_epoch=steps,
+        batch_size=batch, image_size=size, weights="none", out=out, validation_steps=1,
+        synthetic_data=synthetic,
+    )
+    return [sys.executable, "-m", "chexflow.cli", "train", "--workers", str(workers),
+            *options.to_argv(), *extra]
 
 
 def train_images_per_sec(work: Path, data: Path | None, *, model: str, size: int, batch: int,

@@ -80,19 +80,19 @@ def train_op(
     from collections import namedtuple
 
     from chexflow.components.steps import Target, apply_hparams, train_step
+    from chexflow.train.options import TrainOptions
 
     target = Target(backend=backend, namespace=namespace, data_pvc=data_pvc,
                     trainer_image=trainer_image, gpus_per_worker=gpus_per_worker,
                     cpu=cpu_per_worker, memory=memory_per_worker,
                     timeout_seconds=timeout_seconds)
-    params = apply_hparams(
-        {"model": model, "epochs": epochs, "batch_size": batch_size, "lr": lr,
-         "image_size": image_size, "weights": weights, "steps_per_epoch": steps_per_epoch,
-         "validation_steps": validation_steps, "synthetic_data": synthetic_data, "seed": seed},
-        hparams_json,
-    )
+    options = apply_hparams(TrainOptions(
+        model=model, epochs=epochs, batch_size=batch_size, lr=lr, image_size=image_size,
+        weights=weights, steps_per_epoch=steps_per_epoch or None,  # 0: the worker's default
+        validation_steps=validation_steps or None, synthetic_data=synthetic_data, seed=seed,
+    ), hparams_json)
     out_dir = f"{work_root}/{run_id}/train-w{workers}"
-    m = train_step(data_dir, out_dir, workers, params, run_id, target)
+    m = train_step(data_dir, out_dir, workers, options, run_id, target)
     for key in ("workers", "processes", "batch_size_per_worker", "global_batch_size",
                 "images_per_sec", "images_per_sec_std", "jitter", "step_time_ms", "val_auroc",
                 "val_loss", "wall_seconds", "job_wall_seconds", "lr"):

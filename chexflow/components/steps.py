@@ -7,6 +7,7 @@ PVC mounted at the same path in the component pods and in the MPIJob/Job pods.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.jobs import JobResult, JobSpec, Volume, dns_name, run_job
+from chexflow.train.options import TrainOptions
 
 # Options the pipeline itself owns: a tuned parameter may not move the data or the output.
 NOT_TUNABLE = ("data", "out")
@@ -95,52 +97,14 @@ def preprocess_step(raw_dir: str, workdir: str, image_size: int, run_id: str,
     return str(out)
 
 
-def train_command(data_dir: str, out_dir: str, params: dict[str, Any]) -> list[str]:
-    """One Horovod rank: `python -m chexflow.train.worker` (what mpirun starts in an MPIJob)."""
-    argv = ["python", "-m", "chexflow.train.worker", "--data", data_dir, "--out", out_dir]
-    for key, value in params.items():
-        flag = f"--{key.replace('_', '-')}"
-        if value is None or value == "" or value is False:
-            continue
-        if key in ("steps_per_epoch", "validation_steps") and int(value) == 0:
-            continue  # 0 = the worker's default (the whole split)
-        argv += [flag] if value is True else [flag, str(value)]
-    return argv
-
-
-def train_options() -> dict[str, Any]:
-    """dest -> argparse action of `python -m chexflow.train.worker` (no TensorFlow needed)."""
-    import argparse
-
-    from chexflow.train.options import add_train_arguments
-
-    parser = argparse.ArgumentParser(add_help=False)
-    add_train_arguments(parser, launcher=False)
-    return {a.dest: a for a in parser._actions if a.option_strings}
-
-
-def apply_hparams(params: dict[str, Any], hparams_json: str) -> dict[str, Any]:
+def apply_hparams(options: TrainOptions, hparams_json: str) -> TrainOptions:
     """Override train options with tuned values ({"lr": 0.001, "batch-size": 16, ...})."""
     if not hparams_json:
-        return dict(params)
-    import argparse
-
-    options = train_options()
-    out = dict(params)
-    for name, value in json.loads(hparams_json).items():
-        key = name.replace("-", "_")
-        action = options.get(key)
-        if action is None or key in NOT_TUNABLE:
-            tunable = sorted(k for k in options if k not in NOT_TUNABLE)
-            raise StepError(
-                f"tuned parameter {name!r} is not an option of chexflow train; expected one "
-                f"of {', '.join(tunable)} (Katib names may use '-' for '_')"
-            )
-        if isinstance(action, argparse._StoreTrueAction):
-            out[key] = str(value).lower() in ("1", "true", "yes")
-        else:
-            out[key] = action.type(value) if action.type else value
-    return out
+        return options
+    try:
+        return options.with_values(json.loads(hparams_json), "tuned parameters", NOT_TUNABLE)
+    except ChexflowError as e:
+        raise StepError(str(e)) from None
 
 
 def training_data(data_dir: str, workdir: str) -> str:
@@ -155,13 +119,14 @@ def training_data(data_dir: str, workdir: str) -> str:
     raise StepError(f"data_dir {data_dir}: no manifest.json there nor in {produced}")
 
 
-def train_step(data_dir: str, out_dir: str, workers: int, params: dict[str, Any], run_id: str,
+def train_step(data_dir: str, out_dir: str, workers: int, options: TrainOptions, run_id: str,
                target: Target) -> dict[str, Any]:
     """Train with `workers` Horovod processes; return metrics.json (plus the job's wall time)."""
     data_dir = training_data(data_dir, str(Path(out_dir).parent))
+    options = dataclasses.replace(options, data=Path(data_dir), out=Path(out_dir))
     spec = JobSpec(
         name=job_name(f"train-w{workers}", run_id),
-        command=train_command(data_dir, out_dir, params),
+        command=options.worker_command(),
         workers=workers, horovod=True, gpus_per_worker=target.gpus_per_worker,
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
         env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout_seconds=target.timeout_seconds,

@@ -26,6 +26,7 @@ from chexflow.jobs.render import (
 )
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
+from chexflow.kube import KubernetesError, finished_condition, load_api_client
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 DELETE_POLICIES = ("always", "on-success", "never")
@@ -40,38 +41,8 @@ class JobUnschedulable(JobFailed):
     """The job's pods stayed unschedulable (e.g. more GPUs per worker than any node has)."""
 
 
-class KubernetesError(ChexflowError):
-    """The Kubernetes API refused a request (not a job failure)."""
-
-
-def load_api_client(context: str | None = None):
-    """In-cluster configuration when running in a pod, else the kubeconfig."""
-    from kubernetes import client, config
-
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        try:
-            config.load_kube_config(context=context)
-        except (config.ConfigException, FileNotFoundError, TypeError) as e:
-            raise KubernetesError(
-                f"no Kubernetes configuration: not in a pod and no kubeconfig ({e}); set "
-                f"KUBECONFIG or use --backend local"
-            ) from None
-    return client.ApiClient()
-
-
 def spec_hash(obj: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj["spec"], sort_keys=True).encode()).hexdigest()[:32]
-
-
-def finished_condition(conditions: list[dict[str, Any]] | None, kind: str) -> dict | None:
-    """The Succeeded/Failed condition (MPIJob) or Complete/Failed (batch Job) that is True."""
-    done = ("Succeeded", "Failed") if kind == "MPIJob" else ("Complete", "Failed")
-    for cond in conditions or []:
-        if cond.get("type") in done and cond.get("status") == "True":
-            return cond
-    return None
 
 
 class KubernetesBackend:

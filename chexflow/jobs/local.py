@@ -42,14 +42,20 @@ def resolve_command(spec: JobSpec) -> list[str]:
     return [head, *rest]
 
 
+def horovodrun_command(program: list[str], processes: int, hosts: str | None = None,
+                       horovodrun: str | None = None) -> list[str]:
+    """`horovodrun -np N -H HOSTS --gloo PROGRAM...`: N ranks over gloo (HOSTS default
+    localhost:N), horovodrun from the trainer environment unless given."""
+    return [horovodrun or str(trainer_bin("horovodrun")), "-np", str(processes),
+            "-H", hosts or f"localhost:{processes}", "--gloo", *program]
+
+
 def local_argv(spec: JobSpec) -> list[str]:
     """The full argv: the command itself, or horovodrun around it for several ranks."""
     argv = resolve_command(spec)
     if not spec.horovod or spec.processes == 1:
         return argv
-    n = spec.processes
-    horovodrun = str(trainer_bin("horovodrun"))
-    return [horovodrun, "-np", str(n), "-H", f"localhost:{n}", "--gloo", *argv]
+    return horovodrun_command(argv, spec.processes)
 
 
 def job_environment(spec: JobSpec) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """`chexflow tune --cluster`: create the Experiment with the Kubernetes client and wait for it.
 
 Only the Kubernetes client is needed (CustomObjectsApi, kubeflow.org/v1beta1 experiments); the
-Katib SDK pins protobuf < 5 and has no local mode (FACTS.md).
+Katib SDK pins protobuf < 5 and has no local mode.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.spec import Experiment
+from chexflow.kube import finished_condition, load_api_client
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
 
@@ -23,18 +24,9 @@ class ClusterError(ChexflowError):
 
 
 def custom_objects_api():
-    from kubernetes import client, config
+    from kubernetes import client
 
-    try:
-        config.load_kube_config()
-    except Exception:
-        try:
-            config.load_incluster_config()
-        except Exception as e:
-            raise ClusterError(
-                "no Kubernetes configuration: set KUBECONFIG (or ~/.kube/config), or run in a pod"
-            ) from e
-    return client.CustomObjectsApi()
+    return client.CustomObjectsApi(load_api_client())
 
 
 def _api_message(e: Exception) -> str:
@@ -43,14 +35,6 @@ def _api_message(e: Exception) -> str:
         return json.loads(body).get("message", str(e))
     except (TypeError, ValueError):
         return str(getattr(e, "reason", e))
-
-
-def finished(obj: dict) -> dict | None:
-    """The Succeeded/Failed condition with status True, if the Experiment has ended."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True":
-            return c
-    return None
 
 
 def optimal_from_status(exp: Experiment, obj: dict) -> dict[str, Any] | None:
@@ -105,7 +89,7 @@ def run_on_cluster(exp: Experiment, state_dir: Path, namespace: str | None, time
         if progress != last:
             echo("trials: succeeded={} running={} failed={} early-stopped={}".format(*progress))
             last = progress
-        cond = finished(obj)
+        cond = finished_condition(st.get("conditions"), "Experiment")
         if cond:
             break
         if time.monotonic() > deadline:

@@ -2,7 +2,7 @@
 
 A line is parsed only if it contains one of the metric names; each match of each
 metricsFormat regex gives (group 1 = name, group 2 = value), kept when the name is a metric
-of the experiment and the value parses as a number (FACTS.md, Katib's file-metricscollector).
+of the experiment and the value parses as a number (Katib's file-metricscollector).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
+from chexflow.kube import finished_condition
 
 STATE_FILE = "state.json"
 TRIAL_ENV = "CHEXFLOW_KATIB_TRIAL"
@@ -102,10 +103,7 @@ class SweepState:
 
     @property
     def finished_condition(self) -> dict | None:
-        for c in self.conditions:
-            if c["type"] in ("Succeeded", "Failed") and c["status"] == "True":
-                return c
-        return None
+        return finished_condition(self.conditions, "Experiment")
 
     def lock(self) -> None:
         """One runner per state folder."""

@@ -200,7 +200,8 @@ def split_mpirun(argv: list[str], where: str) -> tuple[int, list[str]]:
 def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
                   trial_args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment a local trial runs for this rendered trialSpec."""
-    from chexflow.envs import REPO_ROOT, trainer_bin, trainer_python
+    from chexflow.envs import REPO_ROOT, trainer_python
+    from chexflow.jobs.local import horovodrun_command
 
     container, pods = primary_container(exp, spec)
     where = f"spec.trialTemplate.trialSpec container {container.get('name')!r}"
@@ -216,8 +217,7 @@ def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default
         n, program = split_mpirun(argv, where)
         if os.path.basename(program[0]) in PYTHONS:
             program = [str(trainer_python()), *program[1:]]
-        argv = [str(trainer_bin("horovodrun")), "-np", str(n), "-H", f"localhost:{n}", "--gloo",
-                *program]
+        argv = horovodrun_command(program, n)
     elif os.path.basename(argv[0]) in PYTHONS:
         argv = [str(trainer_python()), *argv[1:]]
     return argv, env

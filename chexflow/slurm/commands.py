@@ -8,6 +8,8 @@ import math
 import sys
 from pathlib import Path
 
+from chexflow.train.options import TrainOptions, add_train_arguments
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     slurm = sub.add_parser(
@@ -28,12 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--data", type=Path, required=True, help="folder written by `chexflow preprocess`"
     )
-    g.add_argument("--model", default="densenet121")
-    g.add_argument("--epochs", type=int, default=5)
-    g.add_argument("--batch-size", type=int, default=16, help="images per task per step")
-    g.add_argument("--image-size", type=int, default=224)
-    g.add_argument("--weights", default="none", help="none | imagenet | PATH")
-    g.add_argument("--steps-per-epoch", type=int)
+    add_train_arguments(g, launcher=False, skip=("data", "out"))
     g.add_argument(
         "--worker-arg", action="append", default=[], metavar="ARG",
         help="one more worker option, verbatim (repeat: --worker-arg=--amp --worker-arg=--xla)",
@@ -117,11 +114,8 @@ def run_render(args: argparse.Namespace) -> int:
         python = "python"
         if args.python:
             raise SlurmScriptError("--python applies without --container only")
-    run = TrainingRun(
-        data=args.data.resolve(), out=args.out, model=args.model, epochs=args.epochs,
-        batch_size=args.batch_size, image_size=args.image_size, weights=args.weights,
-        steps_per_epoch=args.steps_per_epoch, extra_args=args.worker_arg,
-    )
+    run = TrainingRun(TrainOptions.from_namespace(args, data=args.data.resolve(), out=None),
+                      extra_args=args.worker_arg)
     job = SlurmJob(
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, tasks_per_node=args.tasks_per_node,
         cpus_per_task=args.cpus_per_task, time=args.time, job_name=args.job_name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -9,8 +10,8 @@ from pathlib import Path
 
 from chexflow import __version__
 from chexflow.errors import ChexflowError
+from chexflow.train.options import WORKER_MODULE, TrainOptions
 
-WORKER_MODULE = "chexflow.train.worker"
 LAUNCHERS = ("srun", "mpirun")
 # Header lines `chexflow slurm submit` reads back from a rendered script.
 METRICS_TAG = "# chexflow-metrics: "
@@ -25,27 +26,14 @@ class SlurmScriptError(ChexflowError):
 
 @dataclass
 class TrainingRun:
-    """What to train: the options of `python -m chexflow.train.worker`."""
+    """What to train: the worker's options (their `out` is set by render) and extra options
+    passed verbatim."""
 
-    data: Path
-    out: Path
-    model: str = "densenet121"
-    epochs: int = 5
-    batch_size: int = 16
-    image_size: int = 224
-    weights: str = "none"
-    steps_per_epoch: int | None = None
+    options: TrainOptions
     extra_args: list[str] = field(default_factory=list)
 
     def worker_args(self, out: Path) -> list[str]:
-        argv = [
-            "--data", str(self.data), "--model", self.model, "--epochs", str(self.epochs),
-            "--batch-size", str(self.batch_size), "--image-size", str(self.image_size),
-            "--weights", self.weights, "--out", str(out),
-        ]
-        if self.steps_per_epoch:
-            argv += ["--steps-per-epoch", str(self.steps_per_epoch)]
-        return argv + list(self.extra_args)
+        return dataclasses.replace(self.options, out=out).to_argv() + list(self.extra_args)
 
 
 @dataclass
@@ -145,7 +133,9 @@ def render(run: TrainingRun, job: SlurmJob, run_dir: Path) -> str:
         for name in exported:
             command += ["-x", name]
     if job.container:
-        binds = ",".join(dict.fromkeys([str(run.data.resolve()), str(run_dir), *job.binds]))
+        data = run.options.data
+        binds = ",".join(dict.fromkeys(
+            [*([str(data.resolve())] if data else []), str(run_dir), *job.binds]))
         command += ["apptainer", "exec", "--nv", "--bind", binds, str(job.container), "python"]
     else:
         command.append(job.python)

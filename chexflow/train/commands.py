@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from chexflow.train.options import add_train_arguments, worker_argv
+from chexflow.train.options import TrainOptions, add_train_arguments
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,4 +28,4 @@ def run_train(args: argparse.Namespace) -> int:
 
     hosts = resolve_hosts(args.workers, args.hosts)
     check_all(args, args.workers)
-    return run_local(args.workers, hosts, worker_argv(args))
+    return run_local(args.workers, hosts, TrainOptions.from_namespace(args))

@@ -1,7 +1,8 @@
 """The local launcher: checks, then `horovodrun -np N -H HOSTS --gloo python -m ...worker`.
 
-The worker module is the same one an MPIJob's `mpirun` starts; this only builds the command
-line and runs it in the trainer environment. Pure Python: no TensorFlow here.
+The worker module is the same one an MPIJob's `mpirun` starts; this runs the command line the
+jobs package builds (chexflow.jobs.local.horovodrun_command) in the trainer environment. Pure
+Python: no TensorFlow here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.train.options import TrainOptions
 
 ERROR_FILE_ENV = "CHEXFLOW_ERROR_FILE"
 
@@ -70,24 +72,13 @@ def resolve_hosts(workers: int, hosts: str | None) -> str:
     return hosts
 
 
-def horovodrun_command(
-    horovodrun: str, python: str, workers: int, hosts: str, worker_args: list[str]
-) -> list[str]:
-    """The full horovodrun command line (gloo controller, one process per slot)."""
-    return [
-        horovodrun, "-np", str(workers), "-H", hosts, "--gloo",
-        python, "-m", "chexflow.train.worker", *worker_args,
-    ]
-
-
-def run_local(workers: int, hosts: str | None, worker_args: list[str]) -> int:
+def run_local(workers: int, hosts: str | None, options: TrainOptions) -> int:
     """Start the workers with horovodrun and wait; a worker's own error becomes ours."""
-    from chexflow.envs import REPO_ROOT, trainer_bin, trainer_python
+    from chexflow.envs import REPO_ROOT, trainer_python
+    from chexflow.jobs.local import horovodrun_command
 
-    cmd = horovodrun_command(
-        str(trainer_bin("horovodrun")), str(trainer_python()), workers,
-        resolve_hosts(workers, hosts), worker_args,
-    )
+    cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers,
+                             resolve_hosts(workers, hosts))
     with tempfile.TemporaryDirectory(prefix="chexflow-train-") as tmp:
         error_file = Path(tmp) / "error.txt"
         env = {

@@ -1,81 +1,149 @@
-"""The options of `chexflow train`, shared by the CLI and `python -m chexflow.train.worker`."""
+"""The options of a training run, stated once: `TrainOptions` makes the parsers of `chexflow train`
+and `python -m chexflow.train.worker`, and `TrainOptions.to_argv()` is the one builder of a
+worker's command line (local launcher, pipeline steps, Slurm scripts, benchmarks)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from chexflow.errors import ChexflowError
 
 MODELS = ("densenet121", "resnet50")
 OPTIMIZERS = ("adam", "sgd")
-LAUNCHER_ONLY = ("workers", "hosts", "launcher")
+WORKER_MODULE = "chexflow.train.worker"
 
 
-def add_train_arguments(p: argparse.ArgumentParser, launcher: bool) -> None:
-    """Options of a training run; `launcher` adds those of the local Horovod launcher."""
-    p.add_argument("--data", type=Path, help="folder written by `chexflow preprocess`")
-    p.add_argument("--model", choices=MODELS, default="densenet121")
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=16, help="images per worker per step")
-    p.add_argument(
-        "--lr", type=float, default=1e-3, help="learning rate for one worker (scaled by workers)"
-    )
-    p.add_argument(
-        "--optimizer", choices=OPTIMIZERS, default="adam",
-        help="adam (CheXNet: beta 0.9/0.999) or sgd (momentum 0.9, Nesterov)",
-    )
-    p.add_argument(
-        "--weight-decay", type=float, default=0.0,
-        help="decoupled weight decay of the optimizer (0: none, as in CheXNet)",
-    )
-    p.add_argument("--image-size", type=int, default=224, help="must match the manifest")
-    p.add_argument(
-        "--weights",
-        default="none",
-        help="none | imagenet | PATH (Keras .h5 backbone weights, or a chexflow .keras model)",
-    )
-    p.add_argument("--out", type=Path, required=True, help="run folder; rerun to resume")
-    p.add_argument(
-        "--synthetic-data", action="store_true", help="train on in-memory random tensors"
-    )
-    p.add_argument(
-        "--amp", action="store_true", help="mixed precision (float16 on GPU, bfloat16 on CPU)"
-    )
-    p.add_argument(
-        "--xla", action="store_true", help="XLA auto-clustering of the training step"
-    )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--steps-per-epoch", type=int, help="default: train images / (batch size x workers)"
-    )
-    p.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=2,
-        help="steps at the start of each epoch left out of the throughput figures",
-    )
-    p.add_argument(
-        "--lr-warmup-epochs",
-        type=float,
-        default=1.0,
-        help="epochs over which the learning rate ramps from lr to lr x workers",
-    )
-    p.add_argument(
-        "--weighted-loss",
-        action="store_true",
-        help="weight each class's BCE by its training-set prevalence (CheXNet v1)",
-    )
-    p.add_argument(
-        "--shuffle-labels",
-        action="store_true",
-        help="permute training labels across images (a control that must not learn)",
-    )
-    p.add_argument(
-        "--validation-steps", type=int, help="default: the whole validation split"
-    )
-    p.add_argument(
-        "--threads", type=int,
-        help="CPU only: TensorFlow threads per worker (default: cores / workers on the host)",
-    )
+def _opt(help: str, **kwargs: Any) -> dict[str, Any]:
+    return {"help": help, **kwargs}
+
+
+@dataclass
+class TrainOptions:
+    """One training run; each field is the worker option `--<name with - for _>`."""
+
+    data: Path | None = field(default=None, metadata=_opt(
+        "folder written by `chexflow preprocess`"))
+    model: str = field(default="densenet121", metadata=_opt("the network", choices=MODELS))
+    epochs: int = field(default=5, metadata=_opt("epochs to train"))
+    batch_size: int = field(default=16, metadata=_opt("images per worker per step"))
+    lr: float = field(default=1e-3, metadata=_opt(
+        "learning rate for one worker (scaled by workers)"))
+    optimizer: str = field(default="adam", metadata=_opt(
+        "adam (CheXNet: beta 0.9/0.999) or sgd (momentum 0.9, Nesterov)", choices=OPTIMIZERS))
+    weight_decay: float = field(default=0.0, metadata=_opt(
+        "decoupled weight decay of the optimizer (0: none, as in CheXNet)"))
+    image_size: int = field(default=224, metadata=_opt("must match the manifest"))
+    weights: str = field(default="none", metadata=_opt(
+        "none (from scratch) | imagenet (the CheXNet recipe) | PATH (Keras .h5 backbone "
+        "weights, or a chexflow .keras model)"))
+    out: Path | None = field(default=None, metadata=_opt(
+        "run folder; rerun to resume", required=True))
+    synthetic_data: bool = field(default=False, metadata=_opt(
+        "train on in-memory random tensors"))
+    amp: bool = field(default=False, metadata=_opt(
+        "mixed precision (float16 on GPU, bfloat16 on CPU)"))
+    xla: bool = field(default=False, metadata=_opt("XLA auto-clustering of the training step"))
+    seed: int = field(default=0, metadata=_opt("random seed"))
+    steps_per_epoch: int | None = field(default=None, metadata=_opt(
+        "default: train images / (batch size x workers)"))
+    warmup_steps: int = field(default=2, metadata=_opt(
+        "steps at the start of each epoch left out of the throughput figures"))
+    lr_warmup_epochs: float = field(default=1.0, metadata=_opt(
+        "epochs over which the learning rate ramps from lr to lr x workers"))
+    weighted_loss: bool = field(default=False, metadata=_opt(
+        "weight each class's BCE by its training-set prevalence (CheXNet v1)"))
+    shuffle_labels: bool = field(default=False, metadata=_opt(
+        "permute training labels across images (a control that must not learn)"))
+    validation_steps: int | None = field(default=None, metadata=_opt(
+        "default: the whole validation split"))
+    threads: int | None = field(default=None, metadata=_opt(
+        "CPU only: TensorFlow threads per worker (default: cores / workers on the host)"))
+
+    @staticmethod
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    @classmethod
+    def value_type(cls, name: str) -> type:
+        """The field's type without `| None`: int, float, str, bool or Path."""
+        hint = typing.get_type_hints(cls)[name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if args else hint
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace, **overrides: Any) -> TrainOptions:
+        """The options of a parsed `chexflow train` (or worker) namespace."""
+        values = {n: getattr(args, n) for n in cls.names() if hasattr(args, n)}
+        return cls(**{**values, **overrides})
+
+    def with_values(self, values: dict[str, Any], where: str,
+                    fixed: tuple[str, ...] = ()) -> TrainOptions:
+        """A copy with `values` ({"lr": "0.01", "batch-size": 16, ...}) converted to the fields'
+        types; a name that is no field, or is in `fixed`, raises naming `where` it came from."""
+        out = {}
+        for name, value in values.items():
+            key = name.replace("-", "_")
+            if key not in self.names() or key in fixed:
+                known = ", ".join(n for n in self.names() if n not in fixed)
+                raise ChexflowError(
+                    f"{where}: {name!r} is not an option of chexflow train; expected one of "
+                    f"{known} (names may use '-' for '_')"
+                )
+            out[key] = self.convert(key, value, where)
+        return dataclasses.replace(self, **out)
+
+    @classmethod
+    def convert(cls, name: str, value: Any, where: str) -> Any:
+        typ = cls.value_type(name)
+        if typ is bool:
+            return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes")
+        try:
+            return typ(value)
+        except (TypeError, ValueError):
+            raise ChexflowError(
+                f"{where}: {name} {value!r} is not {typ.__name__}"
+            ) from None
+
+    def to_argv(self) -> list[str]:
+        """The worker's options: every set field (`--flag VALUE`; a true bool as `--flag`)."""
+        argv: list[str] = []
+        for name in self.names():
+            value = getattr(self, name)
+            if value is None or value is False:
+                continue
+            argv += [self.flag(name)] if value is True else [self.flag(name), str(value)]
+        return argv
+
+    def worker_command(self, python: str = "python") -> list[str]:
+        """One Horovod rank: `PYTHON -m chexflow.train.worker OPTIONS`."""
+        return [python, "-m", WORKER_MODULE, *self.to_argv()]
+
+
+def add_train_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, launcher: bool,
+                        skip: tuple[str, ...] = ()) -> None:
+    """The TrainOptions as options of `p` (less `skip`); `launcher` adds those of the local
+    Horovod launcher."""
+    for f in dataclasses.fields(TrainOptions):
+        if f.name in skip:
+            continue
+        kwargs = dict(f.metadata)
+        typ = TrainOptions.value_type(f.name)
+        if typ is bool:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs.update(type=typ, default=f.default)
+            if f.default is not None:
+                kwargs["help"] += " (default: %(default)s)"
+        p.add_argument(TrainOptions.flag(f.name), **kwargs)
     if launcher:
         p.add_argument("--workers", type=int, default=1, help="Horovod processes")
         p.add_argument(
@@ -88,21 +156,3 @@ def add_train_arguments(p: argparse.ArgumentParser, launcher: bool) -> None:
             help="local: start WORKERS processes with horovodrun; none: this process is one "
             "rank already started by mpirun/horovodrun/srun",
         )
-
-
-def worker_argv(args: argparse.Namespace) -> list[str]:
-    """The worker's command-line options for a parsed `chexflow train` namespace."""
-    parser = argparse.ArgumentParser(add_help=False)
-    add_train_arguments(parser, launcher=False)
-    argv: list[str] = []
-    for action in parser._actions:
-        if not action.option_strings:
-            continue
-        value = getattr(args, action.dest, None)
-        flag = action.option_strings[0]
-        if isinstance(action, argparse._StoreTrueAction):
-            if value:
-                argv.append(flag)
-        elif value is not None:
-            argv += [flag, str(value)]
-    return argv
