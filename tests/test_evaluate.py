@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from chexflow.evaluate.auroc import auroc_summary, bootstrap_auroc, per_class_auroc, rank_auroc
+from chexflow.auroc import auroc_summary, bootstrap_auroc, per_class_auroc, rank_auroc
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.report import write_report
 from chexflow.evaluate.results import ResultsMissing, read_auroc

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from chexflow.data.manifest import DatasetError, count_records, load_manifest
 from chexflow.envs import trainer_python
 from chexflow.evaluate.results import read_auroc
 from chexflow.jobs.local import horovodrun_command
 from chexflow.train.launch import LaunchError, parse_hosts, resolve_hosts
-from chexflow.train.manifest import TrainDataError, count_records, load_manifest
 from chexflow.train.options import TrainOptions
 from chexflow.train.results import read_metrics
 from chexflow.train.throughput import RankTiming, jitter, summarize
@@ -64,9 +64,9 @@ def test_manifest_checks_without_tensorflow(nih_tfrecords, tmp_path):
     m = load_manifest(nih_tfrecords, 64)
     assert m.images("train") + m.images("val") + m.images("test") == 400
     assert count_records(m.splits["test"][0].path) == m.splits["test"][0].images
-    with pytest.raises(TrainDataError, match="image_size is 64 px but --image-size is 224"):
+    with pytest.raises(DatasetError, match="image_size is 64 px but --image-size is 224"):
         load_manifest(nih_tfrecords, 224)
-    with pytest.raises(TrainDataError, match="no manifest.json"):
+    with pytest.raises(DatasetError, match="no manifest.json"):
         load_manifest(tmp_path)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from tqdm import tqdm
 
-from chexflow.train.manifest import Manifest, TrainDataError
+from chexflow.data.manifest import DatasetError, Manifest
 
 
 def predict_split(model_path, manifest: Manifest, split: str, batch_size: int) -> dict:
@@ -18,7 +18,7 @@ def predict_split(model_path, manifest: Manifest, split: str, batch_size: int) -
     model = load_model(model_path)
     size = model.input_shape[1]
     if size != manifest.image_size or model.output_shape[-1] != len(manifest.classes):
-        raise TrainDataError(
+        raise DatasetError(
             f"--model {model_path} takes {size} px images and has {model.output_shape[-1]} "
             f"outputs; {manifest.root}/manifest.json has {manifest.image_size} px images and "
             f"{len(manifest.classes)} classes"
@@ -34,7 +34,7 @@ def predict_split(model_path, manifest: Manifest, split: str, batch_size: int) -
                 parts["image_index"].append(k.numpy().astype(str))
                 bar.update(len(k))
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        raise TrainDataError(
+        raise DatasetError(
             f"{manifest.root}: corrupt TFRecord in split {split} ({e.message.splitlines()[0]})"
         ) from e
     return {k: np.concatenate(v) for k, v in parts.items()}

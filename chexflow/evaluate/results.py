@@ -1,24 +1,12 @@
-"""Reading the results of `chexflow evaluate` (no TensorFlow needed): `read_auroc(out)`.
-
-The training side is chexflow.train.results.read_metrics.
-"""
+"""Reading the results of `chexflow evaluate` (no TensorFlow needed): `read_auroc(out)`."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from chexflow.errors import ChexflowError
+from chexflow.results import ResultsMissing, read_json_result
 
-
-class ResultsMissing(ChexflowError):
-    """An expected result file is not there."""
-
-
-def read_json_result(path: Path, made_by: str) -> dict:
-    if not path.is_file():
-        raise ResultsMissing(f"{path}: not found; it is written by `{made_by}`")
-    return json.loads(path.read_text())
+__all__ = ["ResultsMissing", "read_auroc"]
 
 
 def read_auroc(evaluate_out: Path) -> dict:

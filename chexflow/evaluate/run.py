@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
+from chexflow.auroc import auroc_summary
+from chexflow.data.manifest import load_manifest, verify_shards
 from chexflow.errors import ChexflowError
-from chexflow.evaluate.auroc import auroc_summary
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.report import write_report
-from chexflow.train.manifest import load_manifest, verify_shards
 
 OUTPUTS = ("auroc.json", "roc.png", "report.html", "predictions.npz")
 

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow import keras
 
-from chexflow.evaluate.auroc import nanmean, per_class_auroc
+from chexflow.auroc import nanmean, per_class_auroc
 from chexflow.train.recipe import masked_bce_numpy
 from chexflow.train.throughput import RankTiming, summarize
 

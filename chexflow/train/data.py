@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from chexflow.train.manifest import Manifest, Shard
+from chexflow.data.manifest import Manifest, Shard
 
 AUTOTUNE = tf.data.AUTOTUNE
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chexflow.evaluate.results import ResultsMissing, read_json_result
+from chexflow.results import ResultsMissing, read_json_result
 
 __all__ = ["ResultsMissing", "read_metrics"]
 

@@ -11,8 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from chexflow.data.manifest import Manifest, load_manifest, verify_shards
 from chexflow.errors import ChexflowError
-from chexflow.train.manifest import Manifest, load_manifest, verify_shards
 from chexflow.train.options import MODELS
 
 RUN_FILE = "run.json"

@@ -250,9 +250,9 @@ def train(args: argparse.Namespace) -> int:
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
             if not _from_input_pipeline(args, e):
                 raise
-            from chexflow.train.manifest import TrainDataError
+            from chexflow.data.manifest import DatasetError
 
-            raise TrainDataError(
+            raise DatasetError(
                 f"--data {args.data}: corrupt TFRecord data while training "
                 f"({type(e).__name__}: {_tf_error_detail(e.message)})"
             ) from e

@@ -1,4 +1,5 @@
-"""Reading a preprocess manifest and checking its TFRecord shards, without TensorFlow.
+"""Reading the output of `chexflow preprocess` (manifest.json and its TFRecord shards) for
+training and evaluation, without TensorFlow.
 
 The checks run before any Horovod process starts, so bad input fails in a second with a
 message naming the file: a missing manifest or shard, a manifest written for another image
@@ -14,13 +15,13 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from chexflow.data.split import SPLITS
 from chexflow.errors import ChexflowError
 
-SPLITS = ("train", "val", "test")
 
-
-class TrainDataError(ChexflowError, ValueError):
-    """The training/evaluation data cannot be used; the message names the file."""
+class DatasetError(ChexflowError, ValueError):
+    """The preprocessed data cannot be used for training or evaluation; the message names
+    the file."""
 
 
 @dataclass(frozen=True)
@@ -47,27 +48,27 @@ def load_manifest(data_dir: Path, image_size: int | None = None) -> Manifest:
     """Read DATA/manifest.json; with image_size, insist that the data was made at that size."""
     path = Path(data_dir) / "manifest.json"
     if not path.is_file():
-        raise TrainDataError(
+        raise DatasetError(
             f"--data {data_dir}: no manifest.json there; run `chexflow preprocess --out "
             f"{data_dir}` first"
         )
     try:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise TrainDataError(f"{path}: not valid JSON ({e})") from e
+        raise DatasetError(f"{path}: not valid JSON ({e})") from e
     for key in ("classes", "image_size", "splits"):
         if key not in raw:
-            raise TrainDataError(f"{path}: field {key!r} missing; is this a chexflow manifest?")
+            raise DatasetError(f"{path}: field {key!r} missing; is this a chexflow manifest?")
     if raw.get("plan_only"):
-        raise TrainDataError(f"{path}: written by `preprocess --plan-only`: it has no TFRecords")
+        raise DatasetError(f"{path}: written by `preprocess --plan-only`: it has no TFRecords")
     if raw.get("channels", 1) != 1 or raw.get("encoding", "raw-uint8") != "raw-uint8":
-        raise TrainDataError(
+        raise DatasetError(
             f"{path}: channels={raw.get('channels')} encoding={raw.get('encoding')!r}; "
             f"expected channels=1, encoding 'raw-uint8'"
         )
     size = int(raw["image_size"])
     if image_size is not None and size != image_size:
-        raise TrainDataError(
+        raise DatasetError(
             f"{path}: image_size is {size} px but --image-size is {image_size}; run "
             f"`chexflow preprocess --image-size {image_size}` or pass --image-size {size}"
         )
@@ -75,7 +76,7 @@ def load_manifest(data_dir: Path, image_size: int | None = None) -> Manifest:
     for split in SPLITS:
         entry = raw["splits"].get(split)
         if entry is None:
-            raise TrainDataError(f"{path}: splits.{split} missing")
+            raise DatasetError(f"{path}: splits.{split} missing")
         splits[split] = [
             Shard(Path(data_dir) / s["path"], int(s["images"])) for s in entry.get("shards", [])
         ]
@@ -86,7 +87,7 @@ def load_manifest(data_dir: Path, image_size: int | None = None) -> Manifest:
 def count_records(path: Path) -> int:
     """Records in one TFRecord file, walking its framing (length, crc, data, crc).
 
-    Raises TrainDataError for a file that is truncated or whose length fields are garbage.
+    Raises DatasetError for a file that is truncated or whose length fields are garbage.
     """
     size = os.path.getsize(path)
     n = 0
@@ -95,11 +96,11 @@ def count_records(path: Path) -> int:
         while pos < size:
             header = f.read(12)
             if len(header) < 12:
-                raise TrainDataError(f"{path}: corrupt TFRecord: truncated header at byte {pos}")
+                raise DatasetError(f"{path}: corrupt TFRecord: truncated header at byte {pos}")
             (length,) = struct.unpack("<Q", header[:8])
             end = pos + 12 + length + 4
             if end > size:
-                raise TrainDataError(
+                raise DatasetError(
                     f"{path}: corrupt TFRecord: record {n} at byte {pos} claims {length} bytes, "
                     f"past the end of the {size}-byte file (truncated or not a TFRecord)"
                 )
@@ -113,16 +114,16 @@ def verify_shards(manifest: Manifest, split: str, shards: list[Shard] | None = N
     """Check that every shard of a split exists and holds the records the manifest says."""
     shards = manifest.splits[split] if shards is None else shards
     if not shards:
-        raise TrainDataError(f"{manifest.root}/manifest.json: split {split!r} has no shards")
+        raise DatasetError(f"{manifest.root}/manifest.json: split {split!r} has no shards")
     total = 0
     for shard in shards:
         if not shard.path.is_file():
-            raise TrainDataError(
+            raise DatasetError(
                 f"{shard.path}: TFRecord shard listed in {manifest.root}/manifest.json is missing"
             )
         found = count_records(shard.path)
         if found != shard.images:
-            raise TrainDataError(
+            raise DatasetError(
                 f"{shard.path}: {found} records, but manifest.json lists {shard.images}"
             )
         total += found
