@@ -12,6 +12,7 @@ from chexflow.data.manifest import load_manifest, verify_shards
 from chexflow.errors import ChexflowError
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.report import write_report
+from chexflow.limits import MAX_SEED, check_range
 
 OUTPUTS = ("auroc.json", "roc.png", "report.html", "predictions.npz")
 
@@ -36,8 +37,9 @@ def evaluate(
     data: Path, model: Path, split: str, out: Path, bootstrap: int = 10_000,
     batch_size: int = 64, seed: int = 0, overwrite: bool = False,
 ) -> dict:
-    if bootstrap < 0:
-        raise EvaluateError(f"--bootstrap {bootstrap}: must be >= 0")
+    check_range("--bootstrap", bootstrap, 0)
+    check_range("--batch-size", batch_size, 1)
+    check_range("--seed", seed, 0, MAX_SEED)
     manifest = load_manifest(data)
     verify_shards(manifest, split)
     _prepare_out(Path(out), overwrite)

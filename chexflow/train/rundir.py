@@ -13,6 +13,7 @@ from pathlib import Path
 
 from chexflow.data.manifest import Manifest, load_manifest, verify_shards
 from chexflow.errors import ChexflowError
+from chexflow.limits import MAX_SEED, check_range
 from chexflow.train.options import MODELS
 
 RUN_FILE = "run.json"
@@ -37,19 +38,17 @@ def run_identity(args: argparse.Namespace) -> dict:
 def check_options(args: argparse.Namespace) -> None:
     if args.model not in MODELS:
         raise RunError(f"--model {args.model!r}: expected one of {', '.join(MODELS)}")
-    for name in ("epochs", "batch_size", "image_size"):
-        if getattr(args, name) < 1:
-            raise RunError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
+    for name in ("epochs", "batch_size", "image_size", "steps_per_epoch", "threads"):
+        check_range(f"--{name.replace('_', '-')}", getattr(args, name), 1)
     if args.image_size < 32:
         raise RunError(f"--image-size {args.image_size}: Keras' models need at least 32 px")
-    if args.steps_per_epoch is not None and args.steps_per_epoch < 1:
-        raise RunError(f"--steps-per-epoch {args.steps_per_epoch}: must be >= 1")
-    if args.lr <= 0:
-        raise RunError(f"--lr {args.lr}: must be > 0")
-    if args.weight_decay < 0:
-        raise RunError(f"--weight-decay {args.weight_decay}: must be >= 0")
-    if args.threads is not None and args.threads < 1:
-        raise RunError(f"--threads {args.threads}: must be >= 1")
+    check_range("--validation-steps", args.validation_steps, 1,
+                hint=" (leave it out to validate on the whole split)")
+    check_range("--lr", args.lr, 0, above=True)
+    check_range("--weight-decay", args.weight_decay, 0)
+    check_range("--warmup-steps", args.warmup_steps, 0)
+    check_range("--lr-warmup-epochs", args.lr_warmup_epochs, 0)
+    check_range("--seed", args.seed, 0, MAX_SEED)
     if args.data is None and not args.synthetic_data:
         raise RunError("--data is required (or --synthetic-data for a throughput run)")
     if args.shuffle_labels and args.synthetic_data:
