@@ -1,0 +1,117 @@
+"""One chexflow run per folder: a lock on FOLDER/.chexflow.lock, held for the run.
+
+The lock is an flock(2) on the file, so the kernel releases it when the holding process exits,
+however it ends (a killed run never leaves a folder locked). The file keeps the holders' PIDs
+and commands, which a refused run names in its message.
+
+A launcher and the workers it starts hold one lock together: the launcher takes it exclusively
+and shares it (`share`) before starting them; a worker started so joins it shared
+(`acquire(folder, ..., shared=joins(folder))`). The folder stays locked until the last of them
+exits, so workers that outlive a killed launcher still keep a second run out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from chexflow.errors import ChexflowError
+
+LOCK_FILE = ".chexflow.lock"
+# set by a lock holder for the processes it starts: the lock file they join (shared)
+SHARED_ENV = "CHEXFLOW_SHARED_LOCK"
+
+
+class FolderLocked(ChexflowError):
+    """Another live process holds the folder's lock."""
+
+
+def _alive(line: str) -> bool:
+    pid = re.match(r"PID (\d+)", line)
+    return pid is None or Path(f"/proc/{pid.group(1)}").exists()
+
+
+def _refused(fd: int, folder: Path) -> FolderLocked:
+    """The refusal naming the holders still alive (all recorded ones if none is seen here)."""
+    lines = [s.strip() for s in os.pread(fd, 2000, 0).decode(errors="replace").splitlines()]
+    lines = [s for s in lines if s]
+    holders = ", ".join([s for s in lines if _alive(s)] or lines) or "another process"
+    return FolderLocked(
+        f"{folder}: in use by {holders}; wait for it to finish or choose another folder"
+    )
+
+
+def acquire(folder: Path, command: str, shared: bool = False) -> int:
+    """An open fd of FOLDER/.chexflow.lock locked by this process, exclusively (its PID replaces
+    the file's content) or shared with the holder that started it (its PID is added); closing
+    the fd or exiting releases it. FolderLocked, naming the holders, if it is taken."""
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        error = _refused(fd, folder)
+        os.close(fd)
+        raise error from None
+    line = f"PID {os.getpid()} (chexflow {command})\n".encode()
+    if shared:
+        os.pwrite(fd, line, os.fstat(fd).st_size)
+    else:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, line, 0)
+    return fd
+
+
+def share(fd: int, folder: Path) -> dict[str, str]:
+    """Make this process's exclusive lock one it shares with the processes it starts; returns
+    the environment entries that make them join it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:  # another run took it in the instant the kernel converts the lock
+        raise _refused(fd, folder) from None
+    return {SHARED_ENV: str((folder / LOCK_FILE).resolve())}
+
+
+def joins(folder: Path) -> bool:
+    """Whether this process was started by the holder of FOLDER's lock to share it."""
+    return os.environ.get(SHARED_ENV) == str((folder / LOCK_FILE).resolve())
+
+
+@contextmanager
+def run_lock(folder: Path, command: str) -> Iterator[Path]:
+    """Hold FOLDER/.chexflow.lock while the block runs; FolderLocked if another process holds it."""
+    fd = acquire(folder, command)
+    try:
+        yield folder / LOCK_FILE
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def locked_folder(folder: Path, command: str, shared: bool = False) -> Iterator[int]:
+    """Create FOLDER if needed and hold its lock while the block runs (yields the lock's fd;
+    `shared`: see acquire). A folder created here that holds nothing but the lock file at the
+    end is removed."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ChexflowError(f"--out {folder}: exists and is not a folder")
+    created = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ChexflowError(f"--out {folder}: cannot create it ({e.strerror})") from None
+    fd = acquire(folder, command, shared)
+    try:
+        yield fd
+    finally:
+        if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+            try:  # only when no process that shared the lock still holds it
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                (folder / LOCK_FILE).unlink()
+                folder.rmdir()
+            except OSError:  # BlockingIOError: a worker still holds it
+                pass
+        os.close(fd)
