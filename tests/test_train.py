@@ -161,6 +161,13 @@ def test_resnet50_resumes_after_a_killed_worker(nih_tfrecords, tmp_path):
 
     done = read_json(out / "checkpoints" / "state.json")["epoch"]
     assert 1 <= done < 3
+    # the last line says what failed, not horovodrun's own traceback
+    last = "".join(first_run).strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"chexflow train: error: worker rank [01] was killed by SIGKILL \(exit status 137\); "
+        rf"horovodrun ended the other workers; rerun the same command to resume after epoch "
+        rf"{done}", last), last
+    assert "RuntimeError: Horovod detected" not in "".join(first_run)
     second = run_chexflow(*args).stdout
     assert f"resumed after epoch {done}" in second
     epochs = [int(e) for e in re.findall(r"^\[0\]<stdout>:epoch=(\d+) ", second, re.M)]

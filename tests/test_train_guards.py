@@ -5,13 +5,20 @@ line, one run per --out folder (a lock naming its holder), no worker outliving a
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
 from chexflow.errors import ChexflowError
+from chexflow.train.launch import HorovodrunLog, failure_reason
 from chexflow.train.options import add_train_arguments
 from chexflow.train.rundir import check_options
-from tests.conftest import run_chexflow
+from tests.conftest import CHEXFLOW, run_chexflow
+from tests.test_train import _descendants, _is_worker
 
 
 def _parsed(*argv: str) -> argparse.Namespace:
@@ -62,3 +69,107 @@ def test_bad_numbers_refused_in_one_line_before_any_worker_starts(tmp_path):
         (line,) = proc.stderr.strip().splitlines()
         assert line.startswith(f"chexflow train: error: {message}"), line
         assert "launch:" not in proc.stdout and not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- a failed run's last line
+
+# horovodrun's lines when rank 1 was killed (as it printed them here, its traceback shortened)
+KILLED_RANK_1 = """\
+[0]<stdout>:Epoch 1/3
+[1]<stderr>:Killed
+[0]<stderr>:[2026-11-23 12:20:27: E horovod/common/operations.cc:697] [0]: Horovod background \
+loop uncaught exception: Read error [127.0.0.1]:50575: Connection reset by peer
+Process 1 exit with status code 137.
+Terminating remaining workers after failure of Process 1.
+[0]<stderr>:Terminated
+Process 0 exit with status code 143.
+Traceback (most recent call last):
+  File "/work/main/.venv-trainer/bin/horovodrun", line 6, in <module>
+RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus \
+causing the job to be terminated. The first process to do so was:
+Process name: 1
+Exit code: 137
+"""
+
+
+def _log(text: str) -> HorovodrunLog:
+    log = HorovodrunLog()
+    for line in text.splitlines():
+        log.add(line)
+    return log
+
+
+def test_failure_reason_names_the_first_failed_rank_and_how():
+    assert failure_reason(1, _log(KILLED_RANK_1)) == (
+        "worker rank 1 was killed by SIGKILL (exit status 137); horovodrun ended the other "
+        "workers")
+    crashed = "[1]<stderr>:Traceback (most recent call last):\n[1]<stderr>:ValueError: bad\n" \
+              "[1]<stderr>:\nProcess 1 exit with status code 1.\nProcess 0 exit with status " \
+              "code 143.\n"
+    assert failure_reason(1, _log(crashed)) == "worker rank 1 exited with status 1: ValueError: bad"
+    assert failure_reason(2, _log("usage: horovodrun\nhorovodrun: error: bad -np\n")) == \
+        "horovodrun exited 2: horovodrun: error: bad -np"
+
+
+# ---------------------------------------------------------------- one run per --out (trainer env)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+SYNTHETIC = ("--synthetic-data", "--model", "resnet50", "--image-size", "32", "--batch-size", "4",
+             "--threads", "1")
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_second_train_refused_and_killing_the_launcher_leaves_no_worker(tmp_path):
+    out = tmp_path / "run"
+    first = subprocess.Popen(
+        [*CHEXFLOW, "train", *SYNTHETIC, "--workers", "2", "--epochs", "1",
+         "--steps-per-epoch", "100000", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    tree: list[int] = []
+    try:
+        seen = []
+        for line in first.stdout:  # rank 0 prints this line once it holds the lock
+            seen.append(line)
+            if line.startswith("[0]<stdout>:train: resnet50"):
+                break
+        assert first.poll() is None, "".join(seen)[-3000:]
+        tree = _descendants(first.pid)
+        workers = [p for p in tree if _is_worker(p)]
+        assert len(workers) == 2 and any("horovodrun" in _cmdline(p) for p in tree)
+
+        second = run_chexflow("train", *SYNTHETIC, "--epochs", "1", "--out", out, check=False)
+        assert second.returncode == 2
+        (line,) = second.stderr.strip().splitlines()
+        assert line.startswith(f"chexflow train: error: {out}: in use by PID {first.pid} "
+                               f"(chexflow train), PID "), line
+        assert "(chexflow train rank 0)" in line
+        assert any(f"PID {w} (chexflow train rank 0)" in line for w in workers), line
+
+        os.kill(first.pid, signal.SIGKILL)  # only the top-level `chexflow train`
+        first.wait()
+        deadline = time.monotonic() + 60
+        while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = [f"{p}: {_cmdline(p)}" for p in tree if _alive(p)]
+        assert not left, left
+    finally:
+        for pid in [first.pid, *tree]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -23,9 +23,15 @@ def run_train(args: argparse.Namespace) -> int:
         from chexflow.train.worker import train
 
         return train(args)
+    from chexflow.runlock import locked_folder, share
     from chexflow.train.launch import resolve_hosts, run_local
-    from chexflow.train.rundir import check_all
+    from chexflow.train.rundir import check_data, check_options, check_out
 
     hosts = resolve_hosts(args.workers, args.hosts)
-    check_all(args, args.workers)
-    return run_local(args.workers, hosts, TrainOptions.from_namespace(args))
+    check_options(args)
+    check_data(args, args.workers)
+    # the workers join the lock (rank 0 holds it too), so --out stays locked until they are gone
+    with locked_folder(args.out, "train") as lock:
+        check_out(args)
+        return run_local(args.workers, hosts, TrainOptions.from_namespace(args),
+                         share(lock, args.out))

@@ -7,14 +7,20 @@ Python: no TensorFlow here.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.processes import die_with_parent
 from chexflow.train.options import TrainOptions
 
 ERROR_FILE_ENV = "CHEXFLOW_ERROR_FILE"
@@ -72,8 +78,11 @@ def resolve_hosts(workers: int, hosts: str | None) -> str:
     return hosts
 
 
-def run_local(workers: int, hosts: str | None, options: TrainOptions) -> int:
-    """Start the workers with horovodrun and wait; a worker's own error becomes ours."""
+def run_local(workers: int, hosts: str | None, options: TrainOptions,
+              env: dict[str, str] | None = None) -> int:
+    """Start the workers with horovodrun and wait; a worker's own error becomes ours, and a
+    worker that died otherwise is named in one line. horovodrun gets SIGTERM (and ends its
+    workers) when this process dies, however it ends."""
     from chexflow.envs import REPO_ROOT, trainer_python
     from chexflow.jobs.local import horovodrun_command
 
@@ -83,6 +92,7 @@ def run_local(workers: int, hosts: str | None, options: TrainOptions) -> int:
         error_file = Path(tmp) / "error.txt"
         env = {
             **os.environ,
+            **(env or {}),
             ERROR_FILE_ENV: str(error_file),
             "PYTHONPATH": os.pathsep.join(
                 filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
@@ -90,11 +100,98 @@ def run_local(workers: int, hosts: str | None, options: TrainOptions) -> int:
         }
         print("launch: " + " ".join(cmd), flush=True)
         sys.stdout.flush()
-        rc = subprocess.run(cmd, env=env).returncode
+        rc, log = _run_horovodrun(cmd, env)
         if rc != 0:
             if error_file.exists():
                 raise LaunchError(error_file.read_text().strip())
-            raise LaunchError(
-                f"horovodrun exited {rc}: a training worker failed (its output is above)"
-            )
+            raise LaunchError(failure_reason(rc, log) + _resume_hint(options.out))
     return 0
+
+
+@dataclass
+class HorovodrunLog:
+    """What a failed run's last line is made from: horovodrun's `Process N exit with status
+    code C` lines in order, each rank's last stderr line, horovodrun's own last line."""
+
+    exits: list[tuple[int, int]] = field(default_factory=list)
+    last_error: dict[int, str] = field(default_factory=dict)
+    last_own: str = ""
+
+    def add(self, line: str) -> None:
+        if m := EXIT_LINE.match(line):
+            self.exits.append((int(m[1]), int(m[2])))
+        elif m := RANK_ERR_LINE.match(line):
+            if m[2].strip():
+                self.last_error[int(m[1])] = m[2].strip()
+        elif line.strip() and not RANK_LINE.match(line):
+            self.last_own = line.strip()
+
+
+EXIT_LINE = re.compile(r"Process (\d+) exit with status code (-?\d+)\.")
+RANK_LINE = re.compile(r"\[(\d+)\]<std(?:out|err)>:")
+RANK_ERR_LINE = re.compile(r"\[(\d+)\]<stderr>:(.*)")
+
+
+def failure_reason(rc: int, log: HorovodrunLog) -> str:
+    """One line saying which worker failed first and how."""
+    failed = [(rank, code) for rank, code in log.exits if code != 0]
+    if not failed:
+        return f"horovodrun exited {rc}: {log.last_own or 'no message'}"
+    rank, code = failed[0]
+    if code > 128 or code < 0:
+        number = code - 128 if code > 128 else -code
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"worker rank {rank} was killed by {name} (exit status {code}); " \
+               f"horovodrun ended the other workers"
+    last = log.last_error.get(rank)
+    return f"worker rank {rank} exited with status {code}" + (f": {last}" if last else "")
+
+
+def _resume_hint(out: Path | None) -> str:
+    state = Path(out or "") / "checkpoints" / "state.json"
+    try:
+        epoch = json.loads(state.read_text())["epoch"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    return f"; rerun the same command to resume after epoch {epoch}"
+
+
+def _run_horovodrun(cmd: list[str], env: dict[str, str]) -> tuple[int, HorovodrunLog]:
+    """Run horovodrun, tied to this process; its lines are passed through, except its own
+    Python traceback after a worker failed (the last line says what failed instead)."""
+    proc = subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, errors="replace", bufsize=1, preexec_fn=die_with_parent(signal.SIGTERM),
+    )
+    log = HorovodrunLog()
+    lock = threading.Lock()
+
+    def pump(stream, sink) -> None:
+        own_traceback = False
+        for line in stream:
+            with lock:
+                log.add(line)
+            own_traceback = own_traceback or line.startswith("Traceback (most recent call")
+            if not own_traceback:
+                sink.write(line)
+                sink.flush()
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        rc = proc.wait()
+    except BaseException:  # e.g. Ctrl-C: horovodrun ends its workers before we go
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    for t in threads:
+        t.join()
+    return rc, log

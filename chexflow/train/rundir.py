@@ -14,6 +14,7 @@ from pathlib import Path
 from chexflow.data.manifest import Manifest, load_manifest, verify_shards
 from chexflow.errors import ChexflowError
 from chexflow.limits import MAX_SEED, check_range
+from chexflow.runlock import LOCK_FILE
 from chexflow.train.options import MODELS
 
 RUN_FILE = "run.json"
@@ -81,7 +82,7 @@ def check_out(args: argparse.Namespace) -> dict | None:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise RunError(f"--out {out}: exists and is not a folder")
-    if not out.exists() or not any(out.iterdir()):
+    if not out.exists() or not any(p.name != LOCK_FILE for p in out.iterdir()):
         return None
     run_file = out / RUN_FILE
     if not run_file.is_file():

@@ -8,6 +8,7 @@ local rank; on CPU each process gets cores / local_size threads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.runlock import joins, locked_folder
 from chexflow.train.launch import ERROR_FILE_ENV
 from chexflow.train.options import add_train_arguments
 from chexflow.train.rundir import RUN_FILE, RunError, check_all, run_identity
@@ -110,7 +112,14 @@ def _build_model(hvd, args, num_classes: int):
 
 
 def train(args: argparse.Namespace) -> int:
-    """Train on this rank (collective: every rank of the Horovod job runs it)."""
+    """Train on this rank (collective: every rank of the Horovod job runs it). Rank 0, the one
+    that writes into --out, holds its lock for the run: shared with the `chexflow train` that
+    started it, or alone when mpirun/srun did."""
+    with contextlib.ExitStack() as held:
+        return _train(args, held)
+
+
+def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     started = time.time()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.xla:
@@ -128,9 +137,14 @@ def train(args: argparse.Namespace) -> int:
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     device = _configure_devices(tf, hvd.local_rank(), hvd.local_size(), args.threads)
-    manifest = _collective_check(hvd_tf, lambda: check_all(args, size))
-    manifest = hvd_tf.broadcast_object(manifest, root_rank=0)
     out = Path(args.out)
+
+    def lock_and_check():
+        held.enter_context(locked_folder(out, "train rank 0", shared=joins(out)))
+        return check_all(args, size)
+
+    manifest = _collective_check(hvd_tf, lock_and_check)
+    manifest = hvd_tf.broadcast_object(manifest, root_rank=0)
     if rank == 0:
         (out / "checkpoints").mkdir(parents=True, exist_ok=True)
         (out / RUN_FILE).write_text(json.dumps(run_identity(args), indent=2))
