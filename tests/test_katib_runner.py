@@ -16,12 +16,16 @@ import pytest
 from chexflow.reference import reference_dir
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
 
-EXAMPLES = reference_dir() / "katib-examples"
 PY = sys.executable
 # loss = distance to (lr 0.03, momentum 0.7): never below the examples' goal 0.001 unless close.
 BOWL = (f"{PY} -c 'import sys; lr, m = map(float, sys.argv[1:]); "
         "print(f\"epoch=1 loss={(lr - 0.03) ** 2 * 1000 + (m - 0.7) ** 2 + 0.01:.6f}\")' "
         "${trialParameters.learningRate} ${trialParameters.momentum}")
+
+
+def example(name: str) -> Path:
+    """One of Katib's example Experiments in the shared reference folder."""
+    return reference_dir() / "katib-examples" / f"{name}.yaml"
 
 
 def tune(spec: Path, state: Path, command: str, *extra, check: bool = True):
@@ -32,7 +36,7 @@ def tune(spec: Path, state: Path, command: str, *extra, check: bool = True):
 @pytest.mark.parametrize("name", ["random", "tpe", "grid", "multivariate-tpe", "cma-es",
                                   "sobol", "bayesian-optimization", "median-stop"])
 def test_upstream_example_completes_locally(name: str, tmp_path: Path):
-    spec = EXAMPLES / f"{name}.yaml"
+    spec = example(name)
     proc = tune(spec, tmp_path / "s", BOWL, "--set", "spec.maxTrialCount=6")  # test budget
     res = read_json(tmp_path / "s" / "results.json")
     assert res["condition"]["reason"] == "ExperimentMaxTrialsReached", proc.stdout
@@ -56,7 +60,7 @@ def test_mpijob_example_with_int_steps_completes(tmp_path: Path):
     cmd = (f"{PY} -c 'import sys; lr, n = float(sys.argv[1]), int(sys.argv[2]); "
            "print(\"loss=\", 0.02 + abs(lr - 0.002) * 100 + abs(n - 100) / 1000)' "
            "${trialParameters.learningRate} ${trialParameters.numberSteps}")
-    tune(EXAMPLES / "mpijob-horovod.yaml", tmp_path / "s", cmd)
+    tune(example("mpijob-horovod"), tmp_path / "s", cmd)
     res = read_json(tmp_path / "s" / "results.json")
     assert res["condition"]["reason"] == "ExperimentMaxTrialsReached"
     assert [t["status"] for t in res["trials"]] == ["Succeeded"] * 6
@@ -70,7 +74,7 @@ def test_failed_and_metrics_unavailable_count_against_max_failed(tmp_path: Path)
            "f\"loss={lr}\")' ${trialParameters.learningRate}")
     # random_state 0: the three bad trials are one MetricsUnavailable and two Failed (unseeded,
     # all three were of one kind one time in eight).
-    proc = tune(EXAMPLES / "random.yaml", tmp_path / "s", cmd, "--set", "spec.parallelTrialCount=1",
+    proc = tune(example("random"), tmp_path / "s", cmd, "--set", "spec.parallelTrialCount=1",
                 "--set", "spec.maxTrialCount=30", "--set", "spec.maxFailedTrialCount=3",
                 "--set", 'spec.algorithm.algorithmSettings=[{name: random_state, value: "0"}]',
                 check=False)
@@ -92,7 +96,7 @@ def test_goal_reached_stops_the_experiment(tmp_path: Path):
     # momentum > 0.75 meets the goal (loss 0.0005 <= 0.001) at once.
     cmd = (f"{PY} -c 'import sys, time; m = float(sys.argv[1]); time.sleep(0.3); "
            "print(f\"loss={0.0005 if m > 0.75 else 0.5}\")' ${trialParameters.momentum}")
-    tune(EXAMPLES / "tpe.yaml", tmp_path / "s", cmd, "--set", "spec.maxTrialCount=40",
+    tune(example("tpe"), tmp_path / "s", cmd, "--set", "spec.maxTrialCount=40",
          "--set", "spec.parallelTrialCount=2")
     res = read_json(tmp_path / "s" / "results.json")
     assert res["condition"]["reason"] == "ExperimentGoalReached"
@@ -114,7 +118,7 @@ def test_medianstop_stops_a_clearly_bad_trial(tmp_path: Path):
         "    print(f'epoch={i + 1} loss={0.1 + i / 100 if first else 5.0}', flush=True)\n"
         "    time.sleep(0.4)\n"
     )
-    tune(EXAMPLES / "median-stop.yaml", tmp_path / "s",
+    tune(example("median-stop"), tmp_path / "s",
          f"{PY} {script} ${{trialParameters.learningRate}}",
          "--set", "spec.parallelTrialCount=1", "--set", "spec.maxTrialCount=2",
          "--set", "spec.maxFailedTrialCount=1")
@@ -138,7 +142,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_trial(tmp_path: Path
            f"{PY} -c 'import sys; print(\"loss=\", float(sys.argv[1]))' "
            "${trialParameters.learningRate} && "
            f"echo done $CHEXFLOW_KATIB_TRIAL >> {ledger}")
-    args = [*CHEXFLOW, "tune", EXAMPLES / "random.yaml", "--state", state_dir, "--trial-command",
+    args = [*CHEXFLOW, "tune", example("random"), "--state", state_dir, "--trial-command",
             cmd, "--no-progress", "--set", "spec.parallelTrialCount=1", "--set",
             "spec.maxTrialCount=3"]
     runner = subprocess.Popen([str(a) for a in args], stdout=subprocess.DEVNULL,
@@ -160,7 +164,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_trial(tmp_path: Path
     runner.wait()
     interrupted = json.loads((state_dir / "state.json").read_text())["trials"][1]["name"]
 
-    proc = tune(EXAMPLES / "random.yaml", state_dir, cmd, "--set", "spec.parallelTrialCount=1",
+    proc = tune(example("random"), state_dir, cmd, "--set", "spec.parallelTrialCount=1",
                 "--set", "spec.maxTrialCount=3")
     assert f"trial {interrupted} was interrupted" in proc.stdout
     time.sleep(3)  # a leftover of the killed attempt would have finished by now
@@ -175,18 +179,18 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_trial(tmp_path: Path
     restarts = {t["trial"]: t["restarts"] for t in res["trials"]}
     assert restarts[interrupted] == 1 and sum(restarts.values()) == 1
 
-    again = tune(EXAMPLES / "random.yaml", state_dir, cmd, "--set", "spec.parallelTrialCount=1",
+    again = tune(example("random"), state_dir, cmd, "--set", "spec.parallelTrialCount=1",
                  "--set", "spec.maxTrialCount=3")
     assert "ExperimentMaxTrialsReached" in again.stdout
     assert len(ledger.read_text().split()) == len(lines)  # a finished sweep runs nothing
 
 
 def test_state_folder_belongs_to_one_spec(tmp_path: Path):
-    tune(EXAMPLES / "random.yaml", tmp_path / "s", BOWL, "--set", "spec.maxTrialCount=3")
-    other = tune(EXAMPLES / "tpe.yaml", tmp_path / "s", BOWL, check=False)
+    tune(example("random"), tmp_path / "s", BOWL, "--set", "spec.maxTrialCount=3")
+    other = tune(example("tpe"), tmp_path / "s", BOWL, check=False)
     assert other.returncode == 2 and "different spec" in other.stderr
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
-    clash = tune(EXAMPLES / "random.yaml", tmp_path / "mine", BOWL, check=False)
+    clash = tune(example("random"), tmp_path / "mine", BOWL, check=False)
     assert clash.returncode == 2 and "not a `chexflow tune` state folder" in clash.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"

@@ -10,15 +10,21 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chexflow.katib.experiment import format_value
 from chexflow.katib.spec import SpecError, load_experiment, parse_experiment
-from chexflow.katib.suggest import History, format_value, make_suggester
+from chexflow.katib.suggest import History, make_suggester
 from chexflow.katib.trialspec import local_command, render_trial_spec, split_mpirun
 from chexflow.reference import reference_dir
 from tests.conftest import REPO, run_chexflow
 
-REFERENCE = reference_dir()
-EXAMPLES = sorted((REFERENCE / "katib-examples").glob("*.yaml"))
+EXAMPLE_NAMES = ["bayesian-optimization", "cma-es", "grid", "median-stop", "mpijob-horovod",
+                 "multivariate-tpe", "random", "sobol", "tpe"]
 SPECS = sorted((REPO / "katib" / "specs").glob("*.yaml"))
+
+
+def example(name: str) -> Path:
+    """One of Katib's example Experiments in the shared reference folder."""
+    return reference_dir() / "katib-examples" / f"{name}.yaml"
 
 
 def check_in_space(exp, params: dict) -> None:
@@ -35,14 +41,14 @@ def check_in_space(exp, params: dict) -> None:
 
 
 def test_reference_examples_are_all_there():
-    names = {p.stem for p in EXAMPLES}
-    assert {"tpe", "random", "grid", "bayesian-optimization", "cma-es", "sobol",
-            "multivariate-tpe", "median-stop", "mpijob-horovod"} <= names
+    names = {p.stem for p in (reference_dir() / "katib-examples").glob("*.yaml")}
+    assert set(EXAMPLE_NAMES) <= names
 
 
-@pytest.mark.parametrize("path", EXAMPLES + SPECS, ids=lambda p: p.name)
-def test_spec_parses_and_suggests_within_bounds(path: Path):
-    exp = load_experiment(path)
+@pytest.mark.parametrize("path", EXAMPLE_NAMES + SPECS,
+                         ids=lambda p: p if isinstance(p, str) else p.name)
+def test_spec_parses_and_suggests_within_bounds(path: Path | str):
+    exp = load_experiment(example(path) if isinstance(path, str) else path)
     suggester = make_suggester(exp, base_seed=3)
     history: list[History] = []
     for round_ in range(3):  # first suggestions, then with results told
@@ -56,12 +62,12 @@ def test_spec_parses_and_suggests_within_bounds(path: Path):
 
 
 def test_int_step_and_grid_are_honoured():
-    exp = load_experiment(REFERENCE / "katib-examples" / "mpijob-horovod.yaml")
+    exp = load_experiment(example("mpijob-horovod"))
     batch = make_suggester(exp, 0).suggest([], 20)
     steps = [s.parameters["num-steps"] for s in batch]
     assert all(v % 10 == 0 and 50 <= v <= 150 for v in steps), steps
 
-    grid = load_experiment(REFERENCE / "katib-examples" / "grid.yaml")
+    grid = load_experiment(example("grid"))
     sug, history = make_suggester(grid, 0), []
     for _ in range(9):
         for s in sug.suggest(history, 5):
@@ -73,7 +79,7 @@ def test_int_step_and_grid_are_honoured():
 
 
 def test_same_history_same_suggestions_and_new_after_more_trials():
-    exp = load_experiment(REFERENCE / "katib-examples" / "tpe.yaml")
+    exp = load_experiment(example("tpe"))
     a = make_suggester(exp, 11).suggest([], 3)
     b = make_suggester(exp, 11).suggest([], 3)
     assert [s.parameters for s in a] == [s.parameters for s in b]
@@ -83,7 +89,7 @@ def test_same_history_same_suggestions_and_new_after_more_trials():
 
 
 def _base() -> dict:
-    return yaml.safe_load((REFERENCE / "katib-examples" / "random.yaml").read_text())
+    return yaml.safe_load((example("random")).read_text())
 
 
 BAD = [
@@ -101,12 +107,14 @@ BAD = [
     (lambda d: d["spec"]["trialTemplate"]["trialParameters"][0].update(reference="nope"),
      "spec.trialTemplate.trialParameters[0].reference"),
     (lambda d: d["spec"]["trialTemplate"]["trialParameters"].append(
-        {"name": "unused", "reference": "lr"}), "'unused' is not used in trialSpec"),
+        {"name": "unused", "reference": "${trialSpec.Name}"}),
+     "parameter name: unused in spec.trialParameters not found in spec.trialTemplate"),
     (lambda d: d["spec"]["algorithm"].update(algorithmSettings=[{"name": "gamma", "value": "2"}]),
      "unknown setting gamma for algorithm random"),
-    (lambda d: d["spec"]["algorithm"].update(algorithmName="hyperband"), "use --cluster"),
+    (lambda d: d["spec"]["algorithm"].update(algorithmName="hyperband"),
+     "r_l and resource_name must be set."),
     (lambda d: d["spec"]["algorithm"].update(algorithmName="grid"),
-     "grid needs a step for double parameters"),
+     "step is nil; For discrete search space, all parameters must include step"),
     (lambda d: d["spec"].update(earlyStopping={"algorithmName": "medianstop", "algorithmSettings":
                                                [{"name": "start_step", "value": "0"}]}),
      "spec.earlyStopping.algorithmSettings[0].value"),
@@ -136,7 +144,8 @@ def test_cli_reports_a_bad_spec_in_one_line(tmp_path: Path):
     proc = run_chexflow("tune", bad, "--dry-run", "--state", tmp_path / "s", check=False)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "trialParameters[1].reference: 'mom'" in lines[0]
+    assert len(lines) == 1
+    assert "trialParameters[1].reference: parameter reference mom does not exist" in lines[0]
     assert not (tmp_path / "s").exists()
 
 
@@ -164,7 +173,7 @@ def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
     assert "${" not in yaml.safe_dump(spec)
     mpijob = copy.deepcopy(spec)
     mpijob["metadata"] = {"name": "chexnet-trial-1", "namespace": "kubeflow"}
-    validate_mpijob(mpijob, REFERENCE / "crds" / "mpijobs.kubeflow.org.v2beta1.yaml")
+    validate_mpijob(mpijob, reference_dir() / "crds" / "mpijobs.kubeflow.org.v2beta1.yaml")
 
     launcher = spec["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert launcher["name"] == tt["primaryContainerName"]
@@ -192,7 +201,7 @@ def test_mpijob_launcher_becomes_horovodrun_with_local_volumes(tmp_path: Path):
 
 
 def test_dry_run_prints_suggestions_and_writes_nothing(tmp_path: Path):
-    proc = run_chexflow("tune", REFERENCE / "katib-examples" / "bayesian-optimization.yaml",
+    proc = run_chexflow("tune", example("bayesian-optimization"),
                         "--dry-run", "--state", tmp_path / "s")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert len(lines) == 3 and "--lr=" in lines[0]

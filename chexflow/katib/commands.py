@@ -78,10 +78,11 @@ def run_tune(args: argparse.Namespace) -> int:
 
 def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
     from chexflow.katib.results import table_text, write_results
-    from chexflow.katib.runner import LocalRunner, dry_run
+    from chexflow.katib.runner import LocalRunner, check_local, dry_run
     from chexflow.katib.state import open_state
     from chexflow.katib.suggest import LIBRARY
 
+    check_local(exp, args.trial_command)
     volumes = _volumes(args.volumes)
     state = open_state(state_dir, exp.name, exp.fingerprint(), exp.raw, args.trial_command,
                        seed=secrets.randbelow(2**31 - 1), create=not args.dry_run)

@@ -1,4 +1,4 @@
-"""Katib's medianstop early stopping, with Katib's semantics (FACTS.md).
+"""Katib's medianstop early stopping, with Katib's semantics.
 
 When a trial is created, the rule is computed from the Succeeded trials so far: each one's
 average objective over its first `start_step` reports; once at least `min_trials_required`
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chexflow.katib.spec import Experiment
+from chexflow.katib.experiment import Experiment
 
 DEFAULTS = {"min_trials_required": 3, "start_step": 4}
 
@@ -21,12 +21,13 @@ def validate_early_stopping(exp: Experiment) -> list[tuple[str, str]]:
     path = "spec.earlyStopping"
     if exp.early_stopping != "medianstop":
         return [(f"{path}.algorithmName",
-                 f"{exp.early_stopping!r}: Katib's early stopping algorithm is medianstop")]
+                 f"unable to get EarlyStopping config data for algorithm "
+                 f"{exp.early_stopping} (Katib's early stopping algorithm is medianstop)")]
     out = []
     for i, (key, value) in enumerate(exp.early_stopping_settings.items()):
         if key not in DEFAULTS:
             out.append((f"{path}.algorithmSettings[{i}].name",
-                        f"unknown setting {key} for medianstop"))
+                        f"unknown setting {key} for algorithm medianstop"))
             continue
         try:
             ok = int(value) >= 1

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.spec import Experiment
+from chexflow.katib.experiment import Experiment
 from chexflow.kube import finished_condition, load_api_client
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"

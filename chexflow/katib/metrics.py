@@ -1,19 +1,33 @@
-"""Katib's StdOut metrics collector and metricStrategies, for local trials.
+"""Katib's metrics collectors for local trials, metricStrategies and a trial's objective.
 
-A line is parsed only if it contains one of the metric names; each match of each
-metricsFormat regex gives (group 1 = name, group 2 = value), kept when the name is a metric
-of the experiment and the value parses as a number (Katib's file-metricscollector).
+- StdOut and File (TEXT): a line is parsed only if it contains one of the metric names; each
+  match of each metricsFormat regex gives (group 1 = name, group 2 = value), kept when the name
+  is a metric of the experiment and the value parses as a number (Katib's
+  file-metricscollector; StdOut is the same parser over the container's output).
+- File (JSON): one JSON object per line; a metric is read when its value is a string, as
+  Katib's collector does (`{"loss": "0.3"}`; a bare number is skipped).
+- TensorFlowEvent: TensorBoard event files under a folder, read with Katib's tag semantics
+  (tfevents.py, run in the trainer environment where tensorboard is installed).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import subprocess
+from pathlib import Path
 
-from chexflow.katib.spec import DEFAULT_METRICS_FORMAT, Objective
+from chexflow.errors import ChexflowError
+from chexflow.katib.experiment import DEFAULT_METRICS_FORMAT, Experiment, Objective
+from chexflow.katib.state import TrialRecord
 
 
-class StdOutCollector:
+class CollectorError(ChexflowError):
+    """The metrics collector could not read the trial's metrics (the trial fails, as on Katib)."""
+
+
+class TextParser:
     def __init__(self, metric_names: list[str], formats: list[str] | None = None):
         self.names = list(metric_names)
         self.regexes = [re.compile(f) for f in (formats or [DEFAULT_METRICS_FORMAT])]
@@ -36,6 +50,59 @@ class StdOutCollector:
         return found
 
 
+def _number(value: str) -> float | None:
+    try:
+        v = float(value)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def read_metrics_file(path: Path, names: list[str], file_format: str,
+                      formats: list[str]) -> dict[str, list[float]]:
+    """Katib's File collector over a finished trial's metrics file: {name: [values]}."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError as e:
+        raise CollectorError(f"metrics file {path}: failed to open the file (the trial never "
+                             "wrote it)") from e
+    logs: dict[str, list[float]] = {}
+    if file_format == "TEXT":
+        parser = TextParser(names, formats)
+        for line in text.split("\n"):
+            for name, v in parser.parse(line):
+                logs.setdefault(name, []).append(v)
+        return logs
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise CollectorError(f"metrics file {path} line {n}: failed to parse the json "
+                                 f"object ({e.msg})") from e
+        for name in names:
+            value = obj.get(name) if isinstance(obj, dict) else None
+            if isinstance(value, str) and (v := _number(value.strip())) is not None:
+                logs.setdefault(name, []).append(v)
+    return logs
+
+
+def read_tfevents(directory: Path, names: list[str]) -> dict[str, list[float]]:
+    """Katib's TensorFlowEvent collector: every event file under the folder, read by tfevents.py
+    in the trainer environment (tensorboard is installed there, as in Katib's collector image)."""
+    from chexflow.envs import REPO_ROOT, trainer_python
+
+    proc = subprocess.run(
+        [str(trainer_python()), "-m", "chexflow.katib.tfevents", str(directory), *names],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CollectorError(f"TensorFlowEvent collector on {directory}: {tail}")
+    return {k: [float(v) for v in vals] for k, vals in json.loads(proc.stdout).items()}
+
+
 def observation(logs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     """Katib's Observation: min, max and latest of each reported metric."""
     return {
@@ -49,3 +116,19 @@ def metric_values(objective: Objective, logs: dict[str, list[float]]) -> dict[st
     """Each metric's value after its metricStrategy (min | max | latest)."""
     obs = observation(logs)
     return {name: obs[name][objective.strategies.get(name, "latest")] for name in obs}
+
+
+def objective_value(exp: Experiment, rec: TrialRecord) -> float | None:
+    """The trial's objective after its metricStrategy, when it has a usable result."""
+    if rec.status not in ("Succeeded", "EarlyStopped"):
+        return None
+    return metric_values(exp.objective, rec.logs).get(exp.objective.metric)
+
+
+def optimal_trial(exp: Experiment, trials: list[TrialRecord]) -> TrialRecord | None:
+    best, best_value = None, None
+    for rec in trials:
+        v = objective_value(exp, rec)
+        if v is not None and (best_value is None or exp.objective.better(v, best_value)):
+            best, best_value = rec, v
+    return best

@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chexflow.katib.metrics import metric_values
-from chexflow.katib.runner import objective_value, optimal_trial
-from chexflow.katib.spec import Experiment
+from chexflow.katib.experiment import Experiment
+from chexflow.katib.metrics import metric_values, objective_value, optimal_trial
 from chexflow.katib.state import SweepState
 
 

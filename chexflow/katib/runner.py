@@ -5,7 +5,14 @@ maxTrialCount in all; a trial whose job exits non-zero is Failed, one that exits
 objective metric is MetricsUnavailable, one stopped by medianstop is EarlyStopped. After every
 trial event the state is saved. The experiment ends as Katib's does, checked in this order:
 goal reached (Succeeded), Failed + MetricsUnavailable >= maxFailedTrialCount (Failed), completed
-trials >= maxTrialCount (Succeeded), search space exhausted with no trial active (Succeeded).
+trials >= maxTrialCount (Succeeded), search space exhausted with no trial active (Succeeded); a
+suggestion library that fails ends it Failed ("Suggestion has failed").
+
+Metrics: StdOut is parsed line by line while the trial runs (medianstop acts on it); File and
+TensorFlowEvent are read when the trial's process ends. Katib mounts a folder of its own at the
+collector's path in each trial pod; locally each trial gets STATE/trials/NAME/metrics there (the
+container path in the trial's command is rewritten to it), unless the path lies on one of the
+trialSpec's volumes, which map to local folders as usual.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import contextlib
 import ctypes
 import os
 import queue
+import secrets
 import signal
 import subprocess
 import threading
@@ -25,8 +33,17 @@ from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.earlystop import RuleChecker, StopRule, median_rule
-from chexflow.katib.metrics import StdOutCollector, metric_values
-from chexflow.katib.spec import Experiment
+from chexflow.katib.experiment import Experiment
+from chexflow.katib.metrics import (
+    CollectorError,
+    TextParser,
+    metric_values,
+    objective_value,
+    optimal_trial,
+    read_metrics_file,
+    read_tfevents,
+)
+from chexflow.katib.spec import SpecError
 from chexflow.katib.state import (
     COMPLETED,
     TRIAL_ENV,
@@ -35,12 +52,21 @@ from chexflow.katib.state import (
     kill_leftover,
     now,
 )
-from chexflow.katib.suggest import History, SearchSpaceExhausted, make_suggester
+from chexflow.katib.suggest import (
+    CLUSTER_ONLY,
+    History,
+    SearchSpaceExhausted,
+    SuggestionFailed,
+    make_suggester,
+)
 from chexflow.katib.trialspec import (
     local_command,
+    map_paths,
+    primary_container,
     render_command_string,
     render_trial_spec,
     trial_values,
+    volume_mounts,
 )
 
 NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -51,20 +77,45 @@ class SweepInterrupted(ChexflowError):
     """The runner was interrupted; the state folder resumes the sweep."""
 
 
-def objective_value(exp: Experiment, rec: TrialRecord) -> float | None:
-    """The trial's objective after its metricStrategy, when it has a usable result."""
-    if rec.status not in ("Succeeded", "EarlyStopped"):
-        return None
-    return metric_values(exp.objective, rec.logs).get(exp.objective.metric)
+LOCAL_COLLECTORS = ("StdOut", "File", "TensorFlowEvent")
 
 
-def optimal_trial(exp: Experiment, trials: list[TrialRecord]) -> TrialRecord | None:
-    best, best_value = None, None
-    for rec in trials:
-        v = objective_value(exp, rec)
-        if v is not None and (best_value is None or exp.objective.better(v, best_value)):
-            best, best_value = rec, v
-    return best
+def local_problems(exp: Experiment, trial_command: str | None) -> list[tuple[str, str]]:
+    """What Katib runs but this local runner cannot, as (field, message)."""
+    out = []
+    if exp.algorithm in CLUSTER_ONLY:
+        out.append(("spec.algorithm.algorithmName", f"{exp.algorithm} runs only on a cluster "
+                    "(Katib's own suggestion service): use --cluster"))
+    if exp.collector.kind not in LOCAL_COLLECTORS:
+        out.append(("spec.metricsCollectorSpec.collector.kind", f"{exp.collector.kind}: the "
+                    f"local runner collects {', '.join(LOCAL_COLLECTORS)}; use --cluster"))
+    cm = exp.trial_template.get("configMap")
+    if cm is not None and trial_command is None:
+        out.append(("spec.trialTemplate.configMap", f"the local runner cannot read ConfigMap "
+                    f"{cm.get('configMapNamespace')}/{cm.get('configMapName')} (templatePath "
+                    f"{cm.get('templatePath')}): give the template as trialSpec, or run with "
+                    "--trial-command or --cluster"))
+    if exp.raw["spec"].get("nasConfig") is not None:
+        out.append(("spec.nasConfig", "neural architecture search runs only on a cluster"))
+    return out
+
+
+def check_local(exp: Experiment, trial_command: str | None) -> None:
+    """Refuse, in one line naming the fields, what the local runner cannot run."""
+    problems = local_problems(exp, trial_command)
+    if problems:
+        head = f"{exp.source}: " if exp.source else ""
+        raise SpecError(head + "; ".join(f"{path}: {msg}" for path, msg in problems))
+
+
+def open_slots(exp: Experiment, trials: list[TrialRecord]) -> int:
+    """How many new trials may start now: parallelTrialCount, never past maxTrialCount."""
+    active = sum(t.active for t in trials)
+    n = exp.parallel_trial_count - active
+    if exp.max_trial_count is not None:
+        completed = sum(t.status in COMPLETED for t in trials)
+        n = min(n, exp.max_trial_count - completed - active)
+    return n
 
 
 def end_condition(exp: Experiment, trials: list[TrialRecord], exhausted: bool
@@ -116,12 +167,13 @@ class LocalRunner:
         self.trial_args = trial_args or []
         self.echo = echo
         self.progress = progress
-        self.collector = StdOutCollector(exp.objective.metric_names, exp.metrics_formats)
-        self.suggester = make_suggester(exp, state.seed)
+        self.parser = TextParser(exp.objective.metric_names, exp.collector.formats)
+        self.suggester = make_suggester(exp, state.seed, state.optuna_study_attrs)
         self.events: queue.Queue = queue.Queue()
         self.running: dict[str, _Running] = {}
         self.lock = threading.Lock()
         self.exhausted = False
+        self.suggestion_failed: str | None = None
         self.bar = None
 
     # ---- trials -------------------------------------------------------------------------
@@ -132,8 +184,6 @@ class LocalRunner:
         ]
 
     def _new_name(self) -> str:
-        import secrets
-
         taken = {t.name for t in self.state.trials}
         while True:
             suffix = "".join(secrets.choice(NAME_ALPHABET) for _ in range(8))
@@ -151,14 +201,39 @@ class LocalRunner:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    def collector_paths(self, rec: TrialRecord) -> tuple[str, Path] | None:
+        """(container folder, local folder) of a File/TensorFlowEvent collector's path."""
+        c = self.exp.collector
+        if c.kind not in ("File", "TensorFlowEvent"):
+            return None
+        folder = os.path.dirname(c.path) if c.kind == "File" else c.path.rstrip("/")
+        if self.trial_command is None:
+            spec = render_trial_spec(self.exp, rec.name, rec.parameters)
+            _, pods = primary_container(self.exp, spec)
+            mounts = volume_mounts(pods, self.volumes, self.state.directory / "volumes")
+            mapped = map_paths([folder], mounts)[0]
+            if mapped != folder:
+                return folder, Path(mapped)
+        local = self.trial_dir(rec) / "metrics"
+        local.mkdir(exist_ok=True)
+        return folder, local
+
+    def collected_path(self, rec: TrialRecord) -> Path:
+        """The local file (File) or folder (TensorFlowEvent) the collector reads."""
+        folder, local = self.collector_paths(rec)
+        return local / os.path.relpath(self.exp.collector.path.rstrip("/"), folder)
+
     def command_for(self, rec: TrialRecord) -> tuple[list[str] | str, dict[str, str]]:
         """argv (or a shell string for --trial-command) and extra environment."""
+        paths = self.collector_paths(rec)
         if self.trial_command is not None:
             values = trial_values(self.exp, rec.name, rec.parameters)
-            return render_command_string(self.trial_command, values), {}
+            cmd = render_command_string(self.trial_command, values)
+            return (cmd.replace(paths[0], str(paths[1])) if paths else cmd), {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
-        return local_command(self.exp, spec, self.volumes, self.state.directory / "volumes",
-                             self.trial_args)
+        argv, env = local_command(self.exp, spec, self.volumes,
+                                  self.state.directory / "volumes", self.trial_args)
+        return (map_paths(argv, {paths[0]: paths[1]}) if paths else argv), env
 
     def suggest(self, n: int) -> list[TrialRecord]:
         try:
@@ -166,6 +241,10 @@ class LocalRunner:
         except SearchSpaceExhausted:
             self.exhausted = True
             return []
+        except SuggestionFailed as e:
+            self.suggestion_failed = str(e)
+            return []
+        self.state.optuna_study_attrs = self.suggester.study_attrs
         out = []
         for s in suggestions:
             rule = self._rule()
@@ -214,7 +293,7 @@ class LocalRunner:
                 log.write(line)
                 log.flush()
                 run.lines = (run.lines + [line.rstrip()])[-5:]
-                found = self.collector.parse(line)
+                found = self.parser.parse(line) if self.exp.collector.kind == "StdOut" else []
                 if not found:
                     continue
                 with self.lock:
@@ -253,6 +332,8 @@ class LocalRunner:
             rec.status = "Failed"
             tail = " | ".join(x for x in run.lines if x)[-300:]
             rec.message = f"exit code {code}" + (f": {tail}" if tail else "")
+        elif (error := self._collect(rec)) is not None:
+            rec.status, rec.message = "Failed", f"metrics collector: {error}"
         elif self.exp.objective.metric not in rec.logs:
             rec.status = "MetricsUnavailable"
             rec.message = f"objective metric {self.exp.objective.metric} was never reported"
@@ -260,6 +341,19 @@ class LocalRunner:
             rec.status = "Succeeded"
         self._save()
         self._report(rec)
+
+    def _collect(self, rec: TrialRecord) -> str | None:
+        """Read a File/TensorFlowEvent collector's metrics into rec.logs; the error, if any."""
+        c, names = self.exp.collector, self.exp.objective.metric_names
+        try:
+            if c.kind == "File":
+                rec.logs = read_metrics_file(self.collected_path(rec), names, c.file_format,
+                                             c.formats)
+            elif c.kind == "TensorFlowEvent":
+                rec.logs = read_tfevents(self.collected_path(rec), names)
+        except CollectorError as e:
+            return str(e)
+        return None
 
     def _report(self, rec: TrialRecord) -> None:
         params = " ".join(f"{k}={v}" for k, v in rec.parameters.items())
@@ -329,21 +423,20 @@ class LocalRunner:
             cond = end_condition(exp, st.trials, self.exhausted)
             if cond:
                 return cond
+            if self.suggestion_failed:
+                return ("Failed", "ExperimentFailed",
+                        f"Suggestion has failed: {self.suggestion_failed}")
             for rec in [t for t in st.trials if t.status == "Created"]:
                 if len(self.running) >= exp.parallel_trial_count:
                     break
                 self.launch(rec)
-            active = sum(t.active for t in st.trials)
-            completed = sum(t.status in COMPLETED for t in st.trials)
-            n = exp.parallel_trial_count - active
-            if exp.max_trial_count is not None:
-                n = min(n, exp.max_trial_count - completed - active)
-            if n > 0 and not self.exhausted:
+            n = open_slots(exp, st.trials)
+            if n > 0 and not self.exhausted and not self.suggestion_failed:
                 for rec in self.suggest(n):
                     self.launch(rec)
                 continue
             if not self.running:
-                if self.exhausted:
+                if self.exhausted or self.suggestion_failed:
                     continue
                 raise ChexflowError(f"experiment {exp.name}: no trial to run and no end condition")
             self._wait_event()
@@ -394,17 +487,15 @@ def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
             volumes: dict[str, Path], trial_args: list[str]) -> list[dict[str, Any]]:
     """The next suggestions and their commands, without running or saving anything."""
     runner = LocalRunner(exp, state, trial_command, volumes, trial_args, progress=False)
-    active = sum(t.active for t in state.trials)
-    completed = sum(t.status in COMPLETED for t in state.trials)
-    n = exp.parallel_trial_count - active
-    if exp.max_trial_count is not None:
-        n = min(n, exp.max_trial_count - completed - active)
+    n = open_slots(exp, state.trials)
     if n <= 0 or state.finished_condition:
         return []
     try:
         suggestions = runner.suggester.suggest(runner.history(), n)
     except SearchSpaceExhausted:
         return []
+    except SuggestionFailed as e:
+        raise ChexflowError(f"experiment {exp.name}: Suggestion has failed: {e}") from e
     out = []
     for i, s in enumerate(suggestions):
         rec = TrialRecord(name=f"{exp.name}-next{i + 1}", index=len(state.trials) + i,
@@ -413,8 +504,6 @@ def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
             cmd = render_command_string(trial_command, trial_values(exp, rec.name, s.parameters))
         else:
             spec = render_trial_spec(exp, rec.name, s.parameters)
-            from chexflow.katib.trialspec import primary_container
-
             container, _ = primary_container(exp, spec)
             argv = (container.get("command") or []) + (container.get("args") or [])
             cmd = " ".join(map(str, argv))

@@ -1,168 +1,66 @@
-"""Katib Experiment (kubeflow.org/v1beta1) specs: parsing, the webhook's defaults and validation.
+"""Katib Experiment specs: reading the YAML, the mutating webhook's defaults and the validating
+webhook's rules, then each suggestion and early stopping service's ValidateAlgorithmSettings.
 
-`load_experiment(path)` reads a YAML file, applies the defaults Katib's mutating webhook sets
-(parallelTrialCount 3, metricStrategies from the objective type, StdOut collector, int step 1,
-batch Job success/failure conditions) and checks the rules of Katib's validating webhook and
-suggestion services. Every problem is reported with the field path, e.g.
-`spec.parameters[1].feasibleSpace.min: ...`.
+`load_experiment(path)` reads a YAML file, applies Katib's defaults (parallelTrialCount 3,
+metricStrategies from the objective type, StdOut collector and the File/TensorFlowEvent paths,
+success/failure conditions and primary pod labels per trial kind) and checks the rules of
+Katib's webhook (pkg/webhook/v1beta1/experiment/validator). Every problem, shape errors
+included, is reported on one line with the field path, e.g. `spec.parameters[1].feasibleSpace.min:
+...`. What the local runner cannot run is checked apart (runner.local_problems): a spec that
+Katib accepts passes here.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from chexflow.errors import ChexflowError
+from chexflow.katib.batchjob import unknown_fields
+from chexflow.katib.earlystop import validate_early_stopping
+from chexflow.katib.experiment import (
+    API_VERSION,
+    DEFAULT_FILE_PATH,
+    DEFAULT_TFEVENT_DIR,
+    TRIAL_PARAM_RE,
+    Collector,
+    Experiment,
+    Objective,
+    Parameter,
+)
+from chexflow.katib.suggest import validate_algorithm
 
-API_VERSION = "kubeflow.org/v1beta1"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
 PARAMETER_TYPES = ("int", "double", "categorical", "discrete")
 DISTRIBUTIONS = ("uniform", "logUniform", "normal", "logNormal")
 STRATEGIES = ("min", "max", "latest")
 RESUME_POLICIES = ("Never", "LongRunning", "FromVolume")
-COLLECTORS = ("StdOut", "File", "TensorFlowEvent", "PrometheusMetric", "Custom", "None")
-# Katib's StdOut collector regex: `name=value` (FACTS.md).
-DEFAULT_METRICS_FORMAT = r"([\w|-]+)\s*=\s*([+-]?\d*(\.\d+)?([Ee][+-]?\d+)?)"
-TRIAL_PARAM_RE = re.compile(r"\$\{trialParameters\.([^}]+)\}")
-META_REF_RE = re.compile(
-    r"^\$\{trialSpec\.(Name|Namespace|Kind|APIVersion|Labels\[[^\]]+\]|Annotations\[[^\]]+\])\}$"
-)
+COLLECTORS = ("StdOut", "File", "TensorFlowEvent", "PrometheusMetric", "Custom", "Push")
+META_KEYS = ("Name", "Namespace", "Kind", "APIVersion")
+META_REF_RE = re.compile(r"^\$\{trialSpec\.(.+?)\}$")
+TWO_GROUPS = re.compile(r".*\(.*\).*\(.*\).*")
+# Katib's defaults per trial kind (experiment_defaults.go, constants.go).
 JOB_SUCCESS = 'status.conditions.#(type=="Complete")#|#(status=="True")#'
 JOB_FAILURE = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
+KUBEFLOW_SUCCESS = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
+KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "XGBoostJob", "MPIJob", "TrainJob")
+DEFAULT_CONDITIONS = {
+    "Job": (JOB_SUCCESS, JOB_FAILURE, None),
+    "TrainJob": (JOB_SUCCESS, JOB_FAILURE, {"jobset.sigs.k8s.io/replicatedjob-name": "node",
+                                            "batch.kubernetes.io/job-completion-index": "0"}),
+    **{kind: (KUBEFLOW_SUCCESS, JOB_FAILURE, {"training.kubeflow.org/job-role": "master"})
+       for kind in ("TFJob", "PyTorchJob", "XGBoostJob", "MPIJob")},
+}
 
 
 class SpecError(ChexflowError):
     """The Experiment YAML is not valid; the message names the file and field."""
-
-
-@dataclass
-class Parameter:
-    name: str
-    type: str
-    min: float | None = None
-    max: float | None = None
-    step: float | None = None
-    values: list[str] = field(default_factory=list)
-    distribution: str = "uniform"
-
-    @property
-    def numeric(self) -> bool:
-        return self.type in ("int", "double")
-
-    def grid(self) -> list[Any]:
-        """Katib's grid combinations for this parameter (min..max by step, or the list)."""
-        if not self.numeric:
-            return list(self.values)
-        if self.type == "int":
-            return list(range(int(self.min), int(self.max) + 1, int(self.step or 1)))
-        n = int(math.floor((self.max - self.min) / self.step + 1e-9))
-        return [self.snap(self.min + i * self.step) for i in range(n + 1)]
-
-    def snap(self, value: Any) -> Any:
-        """A value of this parameter's type, on its step grid and within its bounds."""
-        if not self.numeric:
-            return str(value)
-        v = float(value)
-        if self.step:
-            v = self.min + round((v - self.min) / self.step) * self.step
-            top = self.min + math.floor((self.max - self.min) / self.step + 1e-9) * self.step
-            v = min(max(v, self.min), top)
-        v = min(max(v, self.min), self.max)
-        if self.type == "int":
-            return int(round(v))
-        return float(f"{v:.12g}")
-
-    def typed(self, value: Any) -> Any:
-        """The value as a number where the parameter is numeric (discrete lists included)."""
-        if self.type == "categorical":
-            return str(value)
-        if self.type == "discrete":
-            v = float(value)
-            return int(v) if v == int(v) and "." not in str(value) else v
-        return self.snap(value)
-
-    def contains(self, value: Any) -> bool:
-        if not self.numeric:
-            return str(value) in self.values
-        v = float(value)
-        if self.type == "int" and v != int(v):
-            return False
-        if not self.min - 1e-12 <= v <= self.max + 1e-12:
-            return False
-        if self.step:
-            k = (v - self.min) / self.step
-            return abs(k - round(k)) < 1e-6
-        return True
-
-
-@dataclass
-class Objective:
-    type: str
-    metric: str
-    goal: float | None
-    additional: list[str]
-    strategies: dict[str, str]
-
-    @property
-    def maximize(self) -> bool:
-        return self.type == "maximize"
-
-    @property
-    def metric_names(self) -> list[str]:
-        return [self.metric, *self.additional]
-
-    def better(self, a: float, b: float) -> bool:
-        return a > b if self.maximize else a < b
-
-    def goal_reached(self, value: float) -> bool:
-        if self.goal is None:
-            return False
-        return value >= self.goal if self.maximize else value <= self.goal
-
-
-@dataclass
-class Experiment:
-    name: str
-    namespace: str
-    objective: Objective
-    algorithm: str
-    algorithm_settings: dict[str, str]
-    early_stopping: str | None
-    early_stopping_settings: dict[str, str]
-    parallel_trial_count: int
-    max_trial_count: int | None
-    max_failed_trial_count: int | None
-    parameters: list[Parameter]
-    trial_template: dict
-    metrics_formats: list[str]
-    resume_policy: str
-    raw: dict
-    source: str = ""
-
-    @property
-    def trial_parameters(self) -> list[dict]:
-        return list(self.trial_template.get("trialParameters") or [])
-
-    @property
-    def trial_spec(self) -> dict:
-        return self.trial_template.get("trialSpec") or {}
-
-    def parameter(self, name: str) -> Parameter:
-        return next(p for p in self.parameters if p.name == name)
-
-    def fingerprint(self) -> str:
-        """A hash of the effective spec: a state folder belongs to one spec."""
-        text = json.dumps(self.raw, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class _Errors:
@@ -177,6 +75,44 @@ class _Errors:
         if self.items:
             head = f"{self.source}: " if self.source else ""
             raise SpecError(head + "; ".join(self.items))
+
+    def mapping(self, path: str, value: Any, required: bool = False) -> dict:
+        """The value when it is a mapping; {} (and an error unless absent and optional) if not."""
+        if isinstance(value, dict):
+            return value
+        if value is None:
+            if required:
+                self.add(path, "must be specified")
+            return {}
+        self.add(path, f"expected a mapping, got {_shape(value)}")
+        return {}
+
+    def sequence(self, path: str, value: Any, items: type | None = None) -> list:
+        """The value when it is a list (of `items`); [] and an error if not."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.add(path, f"expected a list, got {_shape(value)}")
+            return []
+        if items is dict:
+            bad = [i for i, v in enumerate(value) if not isinstance(v, dict)]
+        elif items is str:
+            bad = [i for i, v in enumerate(value) if not isinstance(v, (str, int, float))
+                   or isinstance(v, bool)]
+        else:
+            bad = []
+        for i in bad:
+            what = "a mapping" if items is dict else "a string"
+            self.add(f"{path}[{i}]", f"expected {what}, got {_shape(value[i])}")
+        return [v for i, v in enumerate(value) if i not in bad]
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
 
 
 def load_experiment(path: Path | str, overrides: list[str] | None = None) -> Experiment:
@@ -234,79 +170,87 @@ def _num(errors: _Errors, path: str, value: Any) -> float | None:
     return v
 
 
-def _int(errors: _Errors, path: str, value: Any, minimum: int) -> int | None:
+def _count(errors: _Errors, spec: dict, key: str, minimum: int, msg: str) -> int | None:
+    value = spec.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        errors.add(path, f"{value!r} must be an integer")
+        errors.add(f"spec.{key}", f"{value!r} must be an integer")
         return None
     if value < minimum:
-        errors.add(path, f"{value} must be at least {minimum}")
+        errors.add(f"spec.{key}", f"{value} {msg}")
         return None
     return value
 
 
 def _settings(errors: _Errors, path: str, items: Any) -> dict[str, str]:
+    """algorithmSettings: a list of {name, value}; values are strings (numbers normalised)."""
     out: dict[str, str] = {}
-    for i, s in enumerate(items or []):
-        if not isinstance(s, dict) or "name" not in s:
+    for i, s in enumerate(errors.sequence(path, items, dict)):
+        if "name" not in s:
             errors.add(f"{path}[{i}]", "expected {name, value}")
             continue
-        out[str(s["name"])] = str(s.get("value", ""))
+        value = s.get("value", "")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            s["value"] = value = str(value)
+        out[str(s["name"])] = str(value)
     return out
 
 
 def parse_experiment(raw: dict, source: str = "") -> Experiment:
-    """Defaults and validation of an Experiment document already read from YAML."""
+    """Katib's defaults and validation of an Experiment document already read from YAML."""
     errors = _Errors(source)
     if raw.get("apiVersion") != API_VERSION:
         errors.add("apiVersion", f"{raw.get('apiVersion')!r}: expected {API_VERSION}")
-    meta = raw.get("metadata") or {}
+    meta = errors.mapping("metadata", raw.get("metadata"), required=True)
     name = str(meta.get("name") or "")
     if not name:
         errors.add("metadata.name", "required")
     elif not NAME_RE.match(name) or len(name) > NAME_MAX:
         errors.add(
             "metadata.name",
-            f"{name!r} must match {NAME_RE.pattern} and be at most {NAME_MAX} characters",
+            f"{name!r}: name must consist of lower case alphanumeric characters or '-', start "
+            f"with an alphabetic character, and end with an alphanumeric character, and may "
+            f"not be longer than {NAME_MAX} characters",
         )
-    spec = raw.get("spec")
-    if not isinstance(spec, dict):
-        errors.add("spec", "required")
-        errors.raise_if_any()
+    spec = errors.mapping("spec", raw.get("spec"), required=True)
+    errors.raise_if_any()
+
+    max_failed = _count(errors, spec, "maxFailedTrialCount", 0, "should not be less than 0")
+    max_trials = _count(errors, spec, "maxTrialCount", 1, "must be greater than 0")
+    spec.setdefault("parallelTrialCount", 3)
+    parallel = _count(errors, spec, "parallelTrialCount", 1, "must be greater than 0")
+    if max_trials is not None and max_failed is not None and max_failed > max_trials:
+        errors.add("spec.maxFailedTrialCount", "should be less than or equal to spec.maxTrialCount")
+    if max_trials is not None and parallel is not None and parallel > max_trials:
+        errors.add("spec.parallelTrialCount", "should be less than or equal to spec.maxTrialCount")
 
     objective = _objective(errors, spec.get("objective"))
-    algo = spec.get("algorithm") or {}
+    if objective is None:  # Katib stops at a bad objective
+        errors.raise_if_any()
+    algo = errors.mapping("spec.algorithm", spec.get("algorithm"), required=True)
     algorithm = str(algo.get("algorithmName") or "")
     if not algorithm:
-        errors.add("spec.algorithm.algorithmName", "required")
+        errors.add("spec.algorithm.algorithmName", "must be specified")
     algorithm_settings = _settings(
         errors, "spec.algorithm.algorithmSettings", algo.get("algorithmSettings")
     )
-    es = spec.get("earlyStopping") or {}
-    early_stopping = es.get("algorithmName") or None
+    es = errors.mapping("spec.earlyStopping", spec.get("earlyStopping"))
+    early_stopping = str(es.get("algorithmName") or "") or None
+    if es and not early_stopping:
+        errors.add("spec.earlyStopping.algorithmName", "must be specified")
     es_settings = _settings(
         errors, "spec.earlyStopping.algorithmSettings", es.get("algorithmSettings")
     )
-
-    parallel = _int(errors, "spec.parallelTrialCount", spec.get("parallelTrialCount", 3), 1)
-    max_trials = _int(errors, "spec.maxTrialCount", spec.get("maxTrialCount"), 1)
-    max_failed = _int(errors, "spec.maxFailedTrialCount", spec.get("maxFailedTrialCount"), 0)
-    if max_trials is not None and max_failed is not None and max_failed > max_trials:
-        errors.add("spec.maxFailedTrialCount", "should be less than or equal to maxTrialCount")
-    if max_trials is not None and parallel is not None and parallel > max_trials:
-        errors.add("spec.parallelTrialCount", "should be less than or equal to maxTrialCount")
-    resume = spec.get("resumePolicy", "Never")
+    resume = spec.setdefault("resumePolicy", "Never")
     if resume not in RESUME_POLICIES:
-        errors.add("spec.resumePolicy", f"{resume!r}: expected one of {', '.join(RESUME_POLICIES)}")
+        errors.add("spec.resumePolicy", f"{resume!r}: invalid ResumePolicyType "
+                   f"(expected {', '.join(RESUME_POLICIES)})")
 
-    parameters = _parameters(errors, spec.get("parameters"))
-    template = spec.get("trialTemplate")
-    if not isinstance(template, dict):
-        errors.add("spec.trialTemplate", "required")
-        template = {}
+    parameters = _parameters(errors, spec)
+    template = errors.mapping("spec.trialTemplate", spec.get("trialTemplate"), required=True)
     _trial_template(errors, template, parameters)
-    formats = _metrics_collector(errors, spec.get("metricsCollectorSpec"))
+    collector = _metrics_collector(errors, spec)
 
     exp = Experiment(
         name=name,
@@ -321,126 +265,142 @@ def parse_experiment(raw: dict, source: str = "") -> Experiment:
         max_failed_trial_count=max_failed,
         parameters=parameters,
         trial_template=template,
-        metrics_formats=formats,
+        collector=collector,
         resume_policy=resume,
         raw=raw,
         source=source,
     )
     if algorithm and not errors.items:
-        from chexflow.katib.suggest import validate_algorithm
-
         for path, msg in validate_algorithm(exp):
             errors.add(path, msg)
     if early_stopping:
-        from chexflow.katib.earlystop import validate_early_stopping
-
         for path, msg in validate_early_stopping(exp):
             errors.add(path, msg)
     errors.raise_if_any()
     return exp
 
 
-def _objective(errors: _Errors, obj: Any) -> Objective:
-    if not isinstance(obj, dict):
-        errors.add("spec.objective", "required")
-        return Objective("maximize", "", None, [], {})
+def _objective(errors: _Errors, value: Any) -> Objective | None:
+    n = len(errors.items)
+    obj = errors.mapping("spec.objective", value, required=True)
+    if not obj:
+        return None
     otype = obj.get("type")
     if otype not in ("maximize", "minimize"):
-        errors.add("spec.objective.type", f"{otype!r}: expected maximize or minimize")
-        otype = "maximize"
+        errors.add("spec.objective.type", f"{otype!r}: must be minimize or maximize")
     metric = str(obj.get("objectiveMetricName") or "")
     if not metric:
-        errors.add("spec.objective.objectiveMetricName", "required")
-    additional = [str(m) for m in obj.get("additionalMetricNames") or []]
+        errors.add("spec.objective.objectiveMetricName", "must be specified")
+    path = "spec.objective.additionalMetricNames"
+    additional = [str(m) for m in errors.sequence(path, obj.get("additionalMetricNames"), str)]
     if metric in additional:
-        errors.add(
-            "spec.objective.additionalMetricNames", f"must not contain the objective {metric!r}"
-        )
+        errors.add(path, "should not contain spec.objective.objectiveMetricName")
     goal = None
     if obj.get("goal") is not None:
         goal = _num(errors, "spec.objective.goal", obj["goal"])
     default = "max" if otype == "maximize" else "min"
     strategies = {m: default for m in [metric, *additional]}
-    for i, s in enumerate(obj.get("metricStrategies") or []):
-        path = f"spec.objective.metricStrategies[{i}]"
-        sname, value = (s or {}).get("name"), (s or {}).get("value")
+    path = "spec.objective.metricStrategies"
+    for i, s in enumerate(errors.sequence(path, obj.get("metricStrategies"), dict)):
+        sname, value = s.get("name"), s.get("value")
         if sname not in strategies:
-            errors.add(f"{path}.name", f"{sname!r} is not the objective or an additional metric")
+            errors.add(f"{path}[{i}].name", f"{sname!r} is not the objective or an additional "
+                       "metric")
         elif value not in STRATEGIES:
-            errors.add(f"{path}.value", f"{value!r}: expected one of {', '.join(STRATEGIES)}")
+            errors.add(f"{path}[{i}].value", f"{value!r}: expected one of {', '.join(STRATEGIES)}")
         else:
             strategies[sname] = value
+    if len(errors.items) > n:
+        return None
     return Objective(otype, metric, goal, additional, strategies)
 
 
-def _parameters(errors: _Errors, items: Any) -> list[Parameter]:
-    if not items:
-        errors.add("spec.parameters", "required: at least one parameter")
-        return []
+def _parameters(errors: _Errors, spec: dict) -> list[Parameter]:
+    items = errors.sequence("spec.parameters", spec.get("parameters"), dict)
+    if not items and spec.get("nasConfig") is None:
+        errors.add("spec", "spec.parameters or spec.nasConfig must be specified")
+    if items and spec.get("nasConfig") is not None:
+        errors.add("spec", "only one of spec.parameters and spec.nasConfig can be specified")
     out: list[Parameter] = []
-    seen: set[str] = set()
     for i, p in enumerate(items):
         path = f"spec.parameters[{i}]"
-        if not isinstance(p, dict):
-            errors.add(path, "expected a mapping")
-            continue
         name = str(p.get("name") or "")
         if not name:
             errors.add(f"{path}.name", "required")
-        elif name in seen:
-            errors.add(f"{path}.name", f"{name!r} is used twice")
-        seen.add(name)
         ptype = p.get("parameterType")
-        fs = p.get("feasibleSpace") or {}
-        if ptype not in PARAMETER_TYPES:
-            errors.add(f"{path}.parameterType", f"{ptype!r}: expected {', '.join(PARAMETER_TYPES)}")
-            continue
         fpath = f"{path}.feasibleSpace"
+        fs = errors.mapping(fpath, p.get("feasibleSpace"))
+        if ptype not in PARAMETER_TYPES:
+            errors.add(f"{path}.parameterType", f"parameterType: {ptype} is not supported "
+                       f"(expected {', '.join(PARAMETER_TYPES)})")
+            continue
+        if not fs:
+            errors.add(fpath, "feasibleSpace must be specified")
+            continue
         dist = fs.get("distribution") or "uniform"
-        if ptype in ("int", "double"):
-            if fs.get("list"):
-                errors.add(f"{fpath}.list", f"not supported for parameterType {ptype}")
-            if fs.get("min") in (None, "") or fs.get("max") in (None, ""):
-                errors.add(fpath, f"min and max are required for parameterType {ptype}")
-                continue
-            lo = _num(errors, f"{fpath}.min", fs["min"])
-            hi = _num(errors, f"{fpath}.max", fs["max"])
-            step = None
-            if fs.get("step") not in (None, ""):
-                step = _num(errors, f"{fpath}.step", fs["step"])
-                if step is not None and step <= 0:
-                    errors.add(f"{fpath}.step", f"{fs['step']!r} must be greater than 0")
-            if lo is None or hi is None:
-                continue
-            if lo >= hi:
-                errors.add(fpath, f"min {fs['min']} must be less than max {fs['max']}")
-            if ptype == "int":
-                for key, v in (("min", lo), ("max", hi), ("step", step)):
-                    if v is not None and v != int(v):
-                        errors.add(f"{fpath}.{key}", f"{v} is not an integer (parameterType int)")
-                step = step or 1
-            if dist not in DISTRIBUTIONS:
-                errors.add(
-                    f"{fpath}.distribution", f"{dist!r}: expected {', '.join(DISTRIBUTIONS)}"
-                )
-            elif dist in ("logUniform", "logNormal") and lo <= 0:
-                errors.add(f"{fpath}.min", f"{fs['min']} must be greater than 0 for {dist}")
-            out.append(Parameter(name, ptype, lo, hi, step, [], dist))
-        else:
-            if any(fs.get(k) not in (None, "") for k in ("min", "max", "step")):
-                errors.add(fpath, f"min, max and step are not supported for parameterType {ptype}")
-            if fs.get("distribution"):
-                errors.add(f"{fpath}.distribution", f"not supported for parameterType {ptype}")
-            values = [str(v) for v in fs.get("list") or []]
-            if not values:
-                errors.add(f"{fpath}.list", f"required for parameterType {ptype}")
-            elif len(set(values)) != len(values):
-                errors.add(f"{fpath}.list", "has duplicate values")
-            if ptype == "discrete":
-                for v in values:
-                    _num(errors, f"{fpath}.list", v)
-            out.append(Parameter(name, ptype, values=values, distribution="uniform"))
+        if dist not in DISTRIBUTIONS:
+            errors.add(f"{fpath}.distribution", f"distribution: {dist} is not supported "
+                       f"(expected {', '.join(DISTRIBUTIONS)})")
+        for key in ("min", "max", "step"):  # Katib's fields are strings
+            if isinstance(fs.get(key), (int, float)) and not isinstance(fs.get(key), bool):
+                fs[key] = str(fs[key])
+        values = [str(v) for v in errors.sequence(f"{fpath}.list", fs.get("list"), str)]
+        if fs.get("list") and values:
+            fs["list"] = values
+        param = (_numeric(errors, fpath, name, ptype, fs, dist) if ptype in ("int", "double")
+                 else _listed(errors, fpath, name, ptype, fs, values))
+        if param is not None:
+            out.append(param)
     return out
+
+
+def _numeric(errors: _Errors, fpath: str, name: str, ptype: str, fs: dict,
+             dist: str) -> Parameter | None:
+    if fs.get("list"):
+        errors.add(f"{fpath}.list", f"feasibleSpace.list is not supported for parameterType: "
+                   f"{ptype}")
+    if fs.get("min") in (None, "") or fs.get("max") in (None, ""):
+        errors.add(f"{fpath}.max", "feasibleSpace.max or feasibleSpace.min must be specified "
+                   f"for parameterType: {ptype}")
+        return None
+    lo = _num(errors, f"{fpath}.min", fs["min"])
+    hi = _num(errors, f"{fpath}.max", fs["max"])
+    step = None
+    if fs.get("step") not in (None, ""):
+        step = _num(errors, f"{fpath}.step", fs["step"])
+        if step is not None and step <= 0:
+            errors.add(f"{fpath}.step", f"{fs['step']!r} must be greater than 0")
+            step = None
+    if lo is None or hi is None:
+        return None
+    if lo > hi:
+        errors.add(fpath, f"min {fs['min']} must not be greater than max {fs['max']}")
+        return None
+    if dist in ("logUniform", "logNormal") and lo <= 0:
+        errors.add(f"{fpath}.min", f"{fs['min']} must be greater than 0 for {dist}")
+    param = Parameter(name, ptype, lo, hi, step, [], dist)
+    if ptype == "int":
+        param.step = step or 1
+        if param.low > param.high:
+            errors.add(fpath, f"no integer between min {fs['min']} and max {fs['max']}")
+            return None
+    return param
+
+
+def _listed(errors: _Errors, fpath: str, name: str, ptype: str, fs: dict,
+            values: list[str]) -> Parameter | None:
+    if any(fs.get(k) not in (None, "") for k in ("min", "max", "step")):
+        errors.add(fpath, f"feasibleSpace .max, .min and .step is not supported for "
+                   f"parameterType: {ptype}")
+    if not values:
+        errors.add(f"{fpath}.list", f"required for parameterType {ptype}")
+        return None
+    if len(set(values)) != len(values):
+        errors.add(f"{fpath}.list", "has duplicate values")
+    if ptype == "discrete":
+        for v in values:
+            _num(errors, f"{fpath}.list", v)
+    return Parameter(name, ptype, values=values, distribution="uniform")
 
 
 def template_references(node: Any) -> set[str]:
@@ -457,74 +417,158 @@ def template_references(node: Any) -> set[str]:
     return found
 
 
+def is_meta_reference(ref: str) -> bool:
+    """`${trialSpec.Name}`, `${trialSpec.Labels[key]}` and the like (Katib's isMetaKey)."""
+    m = META_REF_RE.match(ref)
+    if not m:
+        return False
+    key = m.group(1)
+    sub = re.match(r"^(.+)\[(.+)\]$", key)
+    return key in META_KEYS or bool(sub and sub.group(1) in ("Labels", "Annotations"))
+
+
+def _apply_kind_defaults(tt: dict, kind: str) -> None:
+    """Katib's success/failure conditions and primary pod labels for the trial's kind."""
+    if kind not in DEFAULT_CONDITIONS:
+        return
+    success, failure, labels = DEFAULT_CONDITIONS[kind]
+    tt.setdefault("successCondition", success)
+    tt.setdefault("failureCondition", failure)
+    if labels and not tt.get("primaryPodLabels"):
+        tt["primaryPodLabels"] = dict(labels)
+
+
 def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter]) -> None:
     path = "spec.trialTemplate"
-    spec = tt.get("trialSpec")
-    if spec is None and tt.get("configMap") is None:
-        errors.add(path, "one of trialSpec or configMap is required")
+    if not tt:
         return
-    if spec is None:
-        errors.add(f"{path}.configMap", "trial templates from ConfigMaps need --cluster")
-        return
-    if not isinstance(spec, dict) or not spec.get("apiVersion") or not spec.get("kind"):
-        errors.add(f"{path}.trialSpec", "must have apiVersion and kind")
-        return
-    if spec.get("kind") == "Job" and str(spec.get("apiVersion")) == "batch/v1":
-        tt.setdefault("successCondition", JOB_SUCCESS)
-        tt.setdefault("failureCondition", JOB_FAILURE)
-    else:
-        for key in ("successCondition", "failureCondition"):
-            if not tt.get(key):
-                errors.add(f"{path}.{key}", f"required for trialSpec kind {spec.get('kind')}")
+    spec, cm = tt.get("trialSpec"), tt.get("configMap")
+    if spec is not None:
+        spec = errors.mapping(f"{path}.trialSpec", spec)
+        _apply_kind_defaults(tt, str(spec.get("kind") or ""))
     if not tt.get("primaryContainerName"):
-        errors.add(f"{path}.primaryContainerName", "required")
+        errors.add(f"{path}.primaryContainerName", "must be specified")
+    if not tt.get("successCondition") or not tt.get("failureCondition"):
+        errors.add(path, "successCondition and failureCondition must be specified")
+    if tt.get("trialParameters") is None:
+        errors.add(f"{path}.trialParameters", "must be specified")
+        return
+    trial_params = errors.sequence(f"{path}.trialParameters", tt.get("trialParameters"), dict)
+    if spec is None and cm is None:
+        errors.add(f"{path}.TrialSource",
+                   "spec.trialTemplate.trialSpec or spec.trialTemplate.configMap must be specified")
+        return
+    if spec is not None and cm is not None:
+        errors.add(path, "only one of spec.trialTemplate.trialSpec or spec.trialTemplate.configMap "
+                   "can be specified")
+        return
+    if cm is not None:
+        cm = errors.mapping(f"{path}.configMap", cm)
+        if not all(cm.get(k) for k in ("configMapName", "configMapNamespace", "templatePath")):
+            errors.add(f"{path}.configMap",
+                       "configMapName, configMapNamespace and templatePath must be specified")
     names = {p.name for p in parameters}
     declared: set[str] = set()
-    for i, tp in enumerate(tt.get("trialParameters") or []):
+    refs: set[str] = set()
+    used = template_references(spec) if spec is not None else None
+    for i, tp in enumerate(trial_params):
         tpath = f"{path}.trialParameters[{i}]"
         tname, ref = str(tp.get("name") or ""), str(tp.get("reference") or "")
-        if not tname:
-            errors.add(f"{tpath}.name", "required")
-        if tname in declared:
-            errors.add(f"{tpath}.name", f"{tname!r} is declared twice")
-        declared.add(tname)
-        if not ref:
-            errors.add(f"{tpath}.reference", "required")
-        elif ref not in names and not META_REF_RE.match(ref):
-            errors.add(f"{tpath}.reference", f"{ref!r} is not a parameter in spec.parameters")
-    used = template_references(spec)
-    for missing in sorted(declared - used):
-        errors.add(
-            f"{path}.trialParameters",
-            f"{missing!r} is not used in trialSpec as ${{trialParameters.{missing}}}",
-        )
-    for undeclared in sorted(used - declared):
-        errors.add(
-            f"{path}.trialSpec",
-            f"${{trialParameters.{undeclared}}} is used but not declared in trialParameters",
-        )
-
-
-def _metrics_collector(errors: _Errors, mc: Any) -> list[str]:
-    mc = mc or {}
-    kind = ((mc.get("collector") or {}).get("kind")) or "StdOut"
-    if kind not in COLLECTORS:
-        errors.add("spec.metricsCollectorSpec.collector.kind", f"{kind!r} is not a collector kind")
-    elif kind != "StdOut":
-        errors.add(
-            "spec.metricsCollectorSpec.collector.kind",
-            f"{kind}: the local runner collects StdOut only (use --cluster for {kind})",
-        )
-    formats = ((mc.get("source") or {}).get("filter") or {}).get("metricsFormat") or []
-    for i, f in enumerate(formats):
-        try:
-            groups = re.compile(f).groups
-        except re.error as e:
-            errors.add(f"spec.metricsCollectorSpec.source.filter.metricsFormat[{i}]", str(e))
+        if not tname or not ref or "{" in tname or "}" in tname:
+            errors.add(tpath, "name and reference must be specified and name must not contain "
+                       "'{' or '}'")
             continue
-        if groups < 2:
-            errors.add(
-                f"spec.metricsCollectorSpec.source.filter.metricsFormat[{i}]",
-                f"{f!r} must have two subexpressions: metric name and value",
-            )
-    return list(formats) or [DEFAULT_METRICS_FORMAT]
+        if tname in declared:
+            errors.add(f"{tpath}.name", f"parameter name {tname} can't be duplicated in "
+                       "spec.trialTemplate.trialParameters")
+            continue
+        if ref in refs:
+            errors.add(f"{tpath}.reference", f"parameter reference {ref} can't be duplicated in "
+                       "spec.trialTemplate.trialParameters")
+            continue
+        declared.add(tname)
+        refs.add(ref)
+        if names and ref not in names and not is_meta_reference(ref):
+            errors.add(f"{tpath}.reference",
+                       f"parameter reference {ref} does not exist in spec.parameters")
+        if used is not None and tname not in used:
+            errors.add(f"{tpath}.name", f"parameter name: {tname} in spec.trialParameters not "
+                       f"found in spec.trialTemplate (as ${{trialParameters.{tname}}})")
+            return
+    if spec is None:  # a ConfigMap template is read by Katib on the cluster
+        return
+    for undeclared in sorted(used - declared):
+        errors.add(f"{path}.trialSpec", f"parameters: ${{trialParameters.{undeclared}}} in "
+                   "spec.trialTemplate not found in spec.trialParameters")
+    meta = spec.get("metadata") if isinstance(spec.get("metadata"), dict) else {}
+    if meta.get("name") or meta.get("namespace"):
+        errors.add(f"{path}.trialSpec.metadata",
+                   "metadata.name and metadata.namespace in spec.trialTemplate must be omitted")
+    if not spec.get("apiVersion") or not spec.get("kind"):
+        errors.add(f"{path}.trialSpec",
+                   "APIVersion and Kind in spec.trialTemplate must be specified")
+    elif spec.get("kind") == "Job" and spec.get("apiVersion") == "batch/v1":
+        for pointer in unknown_fields(spec):
+            errors.add(f"{path}.trialSpec", f"invalid spec.trialTemplate: unable to convert: "
+                       f"{pointer} to Job (no such field)")
+
+
+def _metrics_collector(errors: _Errors, spec: dict) -> Collector:
+    path = "spec.metricsCollectorSpec"
+    mc = errors.mapping(path, spec.get("metricsCollectorSpec"))
+    kind = str(errors.mapping(f"{path}.collector", mc.get("collector")).get("kind") or "StdOut")
+    src_path = f"{path}.source"
+    source = errors.mapping(src_path, mc.get("source"))
+    fsp = errors.mapping(f"{src_path}.fileSystemPath", source.get("fileSystemPath"))
+    flt = errors.mapping(f"{src_path}.filter", source.get("filter"))
+    filters = [str(f) for f in errors.sequence(f"{src_path}.filter.metricsFormat",
+                                               flt.get("metricsFormat"), str)]
+    collector = Collector(kind, filters=filters)
+    if kind not in COLLECTORS:
+        errors.add(f"{path}.collector.kind", f"invalid metrics collector kind: {kind}")
+    elif kind == "File":
+        collector.path = str(fsp.get("path") or DEFAULT_FILE_PATH)
+        collector.file_format = str(fsp.get("format") or "TEXT")
+        if (fsp.get("kind") or "File") != "File" or not collector.path.startswith("/"):
+            errors.add(f"{src_path}.fileSystemPath.path",
+                       "file path where metrics file exists is required")
+        if collector.file_format not in ("TEXT", "JSON"):
+            errors.add(f"{src_path}.fileSystemPath.format",
+                       "format of metrics file is required for metrics collector (TEXT or JSON)")
+        if collector.file_format == "JSON" and source.get("filter") is not None:
+            errors.add(f"{src_path}.filter", "filter must be nil when format of metrics file is "
+                       "json")
+    elif kind == "TensorFlowEvent":
+        collector.path = str(fsp.get("path") or DEFAULT_TFEVENT_DIR)
+        if (fsp.get("kind") or "Directory") != "Directory" or not collector.path.startswith("/"):
+            errors.add(src_path, "directory path where tensorflow event files exist is required "
+                       "by .spec.metricsCollectorSpec.source.fileSystemPath.path")
+        if fsp.get("format"):
+            errors.add(f"{src_path}.fileSystemPath.format", f"{fsp['format']!r}: must be empty")
+    elif kind == "PrometheusMetric":
+        get = errors.mapping(f"{src_path}.httpGet", source.get("httpGet"))
+        port, hpath = get.get("port", 8080), str(get.get("path") or "/metrics")
+        if not str(port).isdigit() or int(port) <= 0:
+            errors.add(f"{src_path}.httpGet.port", f"{port!r}: must be a positive integer value "
+                       "for metrics collector kind: PrometheusMetric")
+        if not hpath.startswith("/"):
+            errors.add(f"{src_path}.httpGet.path", f"{hpath!r}: path is invalid for metrics "
+                       "collector kind: PrometheusMetric")
+    elif kind == "Custom":
+        if not (mc.get("collector") or {}).get("customCollector"):
+            errors.add(f"{path}.collector.customCollector",
+                       "metrics collector kind: Custom is required")
+        if fsp and (not str(fsp.get("path") or "").startswith("/")
+                    or fsp.get("kind") not in ("Directory", "File")):
+            errors.add(f"{src_path}.fileSystemPath", ".spec.metricsCollectorSpec.source is "
+                       "invalid")
+    for i, f in enumerate(filters):
+        fpath = f"{src_path}.filter.metricsFormat[{i}]"
+        try:
+            re.compile(f)
+        except re.error as e:
+            errors.add(fpath, f"invalid filter: {e}")
+            continue
+        if not TWO_GROUPS.match(f):
+            errors.add(fpath, f"{f!r}: two top subexpressions are required")
+    return collector

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.spec import TRIAL_PARAM_RE, Experiment
-from chexflow.katib.suggest import format_value
+from chexflow.katib.experiment import TRIAL_PARAM_RE, Experiment, format_value
 
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 MPI_NP = ("-np", "-n", "--np", "-c", "--n")
