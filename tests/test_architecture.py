@@ -1,0 +1,153 @@
+"""The import graph of the chexflow package, read from the source with `ast` (nothing imported):
+no import cycle between its modules or its packages, and no arrow back up into the top-level
+folders a Kubeflow user edits.
+
+An import inside a function counts like one at module level. chexflow defers imports into
+functions to keep TensorFlow and kfp out of commands that do not need them; that changes when a
+module loads, not what depends on what, and a cycle made of deferred imports (as Katib's spec,
+suggest and earlystop once were) is still a loop to untangle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "chexflow"
+# What a Kubeflow user edits at the top level; the engine never imports these as packages.
+TOP_LEVEL = ("pipelines", "components", "katib", "mpijob", "bench", "images", "notebooks")
+# The layers of ARCHITECTURE.md, lowest first: a module imports only from its layer and below.
+# Layer 0 is every module directly in chexflow/ (errors, envs, kube, ...) but the CLI.
+LAYERS = (
+    ("jobs", "data", "localcluster"),
+    ("train", "evaluate"),
+    ("katib", "slurm", "components"),
+    ("pipelines", "bench"),
+    ("cli",),
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_names(path: Path, module: str) -> list[str]:
+    """Every module the file imports, wherever the import statement is."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            # `from pkg import sub` imports the module pkg.sub when there is one
+            out += [base, *(f"{base}.{a.name}" for a in node.names)]
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: {n for n in imported_names(path, m) if n in mods and n != m}
+            for m, path in mods.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_the_cycle_finder_finds_a_cycle_and_nothing_else():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_reader_sees_imports_at_module_level_and_in_functions(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import os\ntry:\n    from chexflow import jobs\nexcept ImportError:\n"
+                   "    pass\n\ndef f():\n    from chexflow.train import options\n"
+                   "    from .spec import Experiment\n")
+    found = set(imported_names(src, "chexflow.katib.m"))
+    assert {"os", "chexflow.jobs", "chexflow.train.options", "chexflow.katib.spec"} <= found
+
+
+def test_no_import_cycle_between_chexflow_modules():
+    found = cycles(graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_import_cycle_between_chexflow_packages():
+    edges: dict[str, set[str]] = {}
+    for m, targets in graph().items():
+        edges.setdefault(package_of(m), set()).update(
+            package_of(t) for t in targets if package_of(t) != package_of(m))
+    found = cycles(edges)
+    assert not found, "packages importing each other: " + "; ".join(" <-> ".join(c)
+                                                                    for c in found)
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] != "cli" and not (PACKAGE / parts[1]).is_dir():
+        return 0
+    for i, names in enumerate(LAYERS, start=1):
+        if len(parts) > 1 and parts[1] in names:
+            return i
+    raise AssertionError(f"{module}: in no layer; add its package to ARCHITECTURE.md and LAYERS")
+
+
+def test_imports_point_down_the_layers():
+    up = [f"{m} (layer {layer(m)}) imports {t} (layer {layer(t)})"
+          for m, targets in graph().items() if m != "chexflow"
+          for t in targets if t != "chexflow" and layer(t) > layer(m)]
+    assert not up, "; ".join(up)
+
+
+def test_no_chexflow_module_imports_a_top_level_folder():
+    bad = [f"{path.relative_to(ROOT)} imports {name}"
+           for m, path in modules().items() for name in imported_names(path, m)
+           if name.split(".")[0] in TOP_LEVEL]
+    assert not bad, "; ".join(bad)
