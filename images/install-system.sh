@@ -8,6 +8,10 @@ packages=(
   libopenmpi-dev openmpi-bin       # Horovod with MPI; mpirun as in an MPIJob launcher
   openssl                          # certificates for the local Kubernetes control plane
   slurm-wlm munge                  # single-node Slurm for the bare-metal path's tests
+  chromium fonts-dejavu-core       # headless browser: the tests open the HTML reports
+  # the local cluster's real node (chexflow cluster up): container runtime, CNI, image builds
+  containerd runc containernetworking-plugins iproute2
+  podman buildah debootstrap       # images/*/Dockerfile on a debootstrapped bookworm base
 )
 missing=()
 for p in "${packages[@]}"; do

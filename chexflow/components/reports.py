@@ -38,43 +38,49 @@ def _md_table(rows: list[list[Any]], head: list[str]) -> str:
 
 STYLE = ("<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
          "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}img{max-width:900px}"
-         "</style>")
-
-
-def train_rows(m: dict[str, Any]) -> list[list[Any]]:
-    keys = ("model", "workers", "image_size", "batch_size_per_worker", "epochs",
-            "images_per_sec", "images_per_sec_std", "jitter", "step_time_ms", "val_auroc",
-            "val_loss", "wall_seconds")
-    return [[k, m.get(k)] for k in keys if k in m]
+         ".headline{font-size:1.15em;background:#f3f6fa;border-left:4px solid #3b6ea5;"
+         "padding:.6em 1em}.provenance{font-weight:bold}</style>")
 
 
 def run_report(train: dict[str, Any], auroc: dict[str, Any], roc_png: str | None,
                title: str) -> tuple[str, str]:
-    """(HTML, Markdown) of one training + evaluation run."""
-    per_class = auroc.get("per_class") or {}
-    rows = []
-    for name, v in per_class.items():
-        v = v if isinstance(v, dict) else {"auroc": v}
-        rows.append([name, v.get("auroc"), v.get("ci_low"), v.get("ci_high"), v.get("positives")])
-    head = ["pathology", "AUROC", "CI low", "CI high", "positives"]
-    mean = auroc.get("mean")
-    doc = [f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{STYLE}"
-           f"</head><body><h1>{html.escape(title)}</h1>",
-           f"<p>Mean test AUROC: <b>{_fmt(mean)}</b> (95% CI {_fmt(auroc.get('ci_low'))} - "
-           f"{_fmt(auroc.get('ci_high'))})</p>",
-           "<h2>Training</h2>", _table(train_rows(train), ["metric", "value"]),
-           "<h2>Test AUROC per pathology</h2>", _table(rows, head)]
-    if roc_png and Path(roc_png).exists():
-        doc += ["<h2>ROC curves</h2>", _img(roc_png)]
-    doc.append("</body></html>")
+    """(HTML, Markdown) of one training + evaluation run: chexflow.evaluate.report's page
+    with the training curves of `train` (the trainer's metrics.json)."""
+    from chexflow.evaluate.plots import history_png
+    from chexflow.evaluate.report import (
+        CHEXNET_SOURCE,
+        data_provenance,
+        fmt_ci,
+        fmt_seconds,
+        parameters,
+        render_report,
+    )
+    from chexflow.pathologies import CHEXNET_AUROC, CHEXNET_MEAN_AUROC
+
+    provenance = data_provenance(auroc["data"]) if auroc.get("data") else "not recorded"
+    curves = history_png(train["history"]) if train.get("history") else None
+    doc = render_report(auroc, roc_png, title, train, curves, provenance)
+    rows = [[name, v.get("auroc"), fmt_ci(v, " - "), CHEXNET_AUROC.get(name), v.get("positives")]
+            for name, v in (auroc.get("per_class") or {}).items()]
     md = "\n\n".join([
         f"# {title}",
-        f"Mean test AUROC: **{_fmt(mean)}** (95% CI {_fmt(auroc.get('ci_low'))} - "
-        f"{_fmt(auroc.get('ci_high'))})",
-        "## Training", _md_table(train_rows(train), ["metric", "value"]),
-        "## Test AUROC per pathology", _md_table(rows, head),
+        f"Mean test AUROC: **{_fmt(auroc.get('mean'))}** (95% CI {fmt_ci(auroc, ' - ')}) on "
+        f"{auroc.get('images')} images; CheXNet's published mean: {CHEXNET_MEAN_AUROC}. "
+        f"Training: {_fmt(train.get('images_per_sec'))} images/s with {train.get('workers')} "
+        f"worker(s), wall time {fmt_seconds(train.get('wall_seconds'))}.",
+        f"**Data:** {provenance}.",
+        "## Test AUROC per pathology",
+        _md_table(rows, ["pathology", "AUROC", "95% CI", "CheXNet", "positives"]),
+        CHEXNET_SOURCE,
+        "## Parameters", _md_table([list(p) for p in parameters(auroc, train)],
+                                   ["parameter", "value"]),
     ])
-    return "\n".join(doc), md + "\n"
+    return doc, md + "\n"
+
+
+# What every run of a scaling study shares (shown once, as its parameters).
+RUN_SETTINGS = ("model", "image_size", "batch_size_per_worker", "epochs", "synthetic_data",
+                "amp", "xla", "warmup_steps")
 
 
 def scaling_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -95,6 +101,8 @@ def scaling_table(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "speedup": ips / base["images_per_sec"],
             "efficiency": ips / (base_per_worker * m["workers"]),
             "step_time_ms": m.get("step_time_ms"),
+            "wall_seconds": m.get("job_wall_seconds") or m.get("wall_seconds"),
+            **{k: m.get(k) for k in RUN_SETTINGS},
         })
     return table
 
@@ -125,15 +133,34 @@ def scaling_chart(table: list[dict[str, Any]], png: str | Path, title: str) -> N
 
 
 def scaling_report(table: list[dict[str, Any]], png: str | Path, title: str) -> tuple[str, str]:
+    """(HTML, Markdown): a headline (the largest run's images/s and efficiency, wall time,
+    what data the runs read), the chart, the table and the runs' shared parameters."""
     head = ["workers", "images/s", "+/-", "ideal images/s", "speed-up", "efficiency %",
-            "step ms"]
+            "step ms", "wall s"]
     rows = [[r["workers"], r["images_per_sec"], r["images_per_sec_std"],
-             r["ideal_images_per_sec"], r["speedup"], 100 * r["efficiency"], r["step_time_ms"]]
+             r["ideal_images_per_sec"], r["speedup"], 100 * r["efficiency"], r["step_time_ms"],
+             r.get("wall_seconds")]
             for r in table]
-    doc = (f"<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{STYLE}"
-           f"</head><body><h1>{html.escape(title)}</h1>{_img(png)}{_table(rows, head)}"
+    last = table[-1]
+    data = ("synthetic in-memory tensors (--synthetic-data): the figures measure throughput "
+            "only, no accuracy" if last.get("synthetic_data") else
+            "the preprocessed TFRecords (real input pipeline)")
+    wall = sum(r.get("wall_seconds") or 0 for r in table)
+    headline = (f"{last['workers']} workers: <b>{_fmt(last['images_per_sec'])} images/s</b>, "
+                f"scaling efficiency <b>{100 * last['efficiency']:.0f}%</b> of "
+                f"{table[0]['workers']} worker(s) x {last['workers'] / table[0]['workers']:g}; "
+                f"wall time of all runs {wall:.0f} s.")
+    settings = [[k, last.get(k)] for k in RUN_SETTINGS if last.get(k) is not None]
+    doc = (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}"
+           f"</title>{STYLE}</head><body><h1>{html.escape(title)}</h1>"
+           f"<div class='headline'><p>{headline}</p><p class='provenance' id='provenance'>"
+           f"Data: {html.escape(data)}.</p></div>"
+           f"{_img(png)}{_table(rows, head)}"
            "<p>Efficiency = images/s / (workers x the smallest run's images/s per worker). "
            "Totals are summed over workers' measured rates (warm-up steps excluded).</p>"
+           f"<h2>Parameters</h2>{_table(settings, ['parameter', 'value'])}"
            "</body></html>")
-    md = f"# {title}\n\n{_md_table(rows, head)}\n"
+    md = (f"# {title}\n\n{headline.replace('<b>', '**').replace('</b>', '**')}\n\n"
+          f"**Data:** {data}.\n\n{_md_table(rows, head)}\n\n## Parameters\n\n"
+          f"{_md_table(settings, ['parameter', 'value'])}\n")
     return doc, md
