@@ -6,6 +6,7 @@ TensorFlow, serializes tf.train.Examples and writes each shard atomically (tmp, 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import multiprocessing
 import os
@@ -76,6 +77,13 @@ def encode_example(record: Record, image: Decoded) -> bytes:
     return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
 
 
+def as_os_error(message: str) -> OSError:
+    """A TensorFlow file error ('PATH; No space left on device') as the OSError it reports."""
+    path, _, text = message.rpartition("; ")
+    code = next((n for n in errno.errorcode if os.strerror(n) == text), 0)
+    return OSError(code, text, path or None)
+
+
 def decoded_stream(records: list[Record], size: int, workers: int) -> Iterator[Decoded]:
     """Decode records in order, in `workers` spawned processes (inline when workers <= 1)."""
     fn = partial(decode, size=size)
@@ -103,21 +111,25 @@ def write_shards(
     for path, records in shards:
         result = ShardResult(path=path)
         tmp = f"{path}.tmp"
-        with tf.io.TFRecordWriter(tmp) as writer:
-            for record in records:
-                image = next(stream)
-                if progress is not None:
-                    progress.update(1)
-                if image.rejected:
-                    result.rejections.append(
-                        Rejection(csv_name, record.source_row, record.image_index, image.rejected)
-                    )
-                    continue
-                if image.converted:
-                    result.converted[image.converted] = result.converted.get(image.converted, 0) + 1
-                writer.write(encode_example(record, image))
-                result.written.append(record)
-                result.image_hashes.append((record.image_index, image.sha256))
+        try:
+            with tf.io.TFRecordWriter(tmp) as writer:
+                for record, image in zip(records, stream, strict=False):
+                    if progress is not None:
+                        progress.update(1)
+                    if image.rejected:
+                        result.rejections.append(Rejection(
+                            csv_name, record.source_row, record.image_index, image.rejected
+                        ))
+                        continue
+                    if image.converted:
+                        result.converted[image.converted] = (
+                            result.converted.get(image.converted, 0) + 1
+                        )
+                    writer.write(encode_example(record, image))
+                    result.written.append(record)
+                    result.image_hashes.append((record.image_index, image.sha256))
+        except tf.errors.OpError as e:
+            raise as_os_error(e.message) from None
         Path(tmp).replace(path)
         results.append(result)
     return results
