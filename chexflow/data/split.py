@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from chexflow.data import faults
 from chexflow.data.records import DataError, Record, Rejection
 
 SPLITS = ("train", "val", "test")
@@ -19,8 +21,11 @@ def parse_fractions(text: str) -> tuple[float, float, float]:
         parts = [float(p) for p in text.split("/")]
     except ValueError:
         parts = []
-    if len(parts) != 3 or any(p < 0 for p in parts) or sum(parts) <= 0:
-        raise DataError(f"--split {text!r}: expected three non-negative numbers like 70/10/20")
+    if len(parts) != 3 or not all(math.isfinite(p) and p > 0 for p in parts):
+        raise DataError(
+            f"--split {text!r}: expected three positive numbers like 70/10/20 "
+            f"(every split needs images: train, val and test)"
+        )
     total = sum(parts)
     return parts[0] / total, parts[1] / total, parts[2] / total
 
@@ -33,20 +38,50 @@ def _by_patient(records: list[Record]) -> dict[str, list[Record]]:
 
 
 def _assign(groups: dict[str, list[Record]], names: tuple[str, ...], fractions, seed: int):
-    """Shuffle patients and fill each split in turn up to its share of the images."""
+    """Shuffle patients and fill each split in turn up to its share of the images.
+
+    With as many patients as splits, no split stays empty: an empty one (a small dataset whose
+    patients have many images) takes the smallest patient of the split with the most patients.
+    """
     patients = sorted(groups)
     order = np.random.default_rng(seed).permutation(len(patients))
     total = sum(len(g) for g in groups.values())
     targets = np.cumsum(fractions) * total
-    out: dict[str, list[Record]] = {n: [] for n in names}
+    chosen: dict[str, list[list[Record]]] = {n: [] for n in names}
     done, k = 0, 0
     for i in order:
         group = groups[patients[i]]
         while k < len(names) - 1 and done >= targets[k] - 1e-9:
             k += 1
-        out[names[k]].extend(group)
+        chosen[names[k]].append(group)
         done += len(group)
-    return out
+    for name in names:
+        donor = chosen[max(names, key=lambda n: len(chosen[n]))]
+        if not chosen[name] and len(donor) > 1:
+            smallest = min(range(len(donor)), key=lambda j: len(donor[j]))
+            chosen[name].append(donor.pop(smallest))
+    return {n: [r for group in chosen[n] for r in group] for n in names}
+
+
+def sex_conflicts(records: list[Record]) -> list[str]:
+    """Patients whose rows give different sexes, one line each (blank or unknown sex aside).
+
+    Age legitimately changes between follow-ups; sex does not, so a conflict means a data-entry
+    error or two people under one ID. The images are kept (their labels are per image and the
+    split is by patient ID, so no image of the ID crosses splits) and the conflict is reported:
+    the manifest lists these lines under "warnings" and the command prints them.
+    """
+    seen: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        sex = r.extra.get("gender", "").strip()[:1].upper()
+        if sex in ("M", "F"):
+            seen[r.patient_id][sex].append(r.source_row)
+    lines = []
+    for patient, by_sex in sorted(seen.items()):
+        if len(by_sex) > 1:  # {"M": [2, 3], "F": [4]} -> "M on line(s) 2, 3; F on line(s) 4"
+            rows = "; ".join(f"{sex} on line(s) {str(n)[1:-1]}" for sex, n in by_sex.items())
+            lines.append(f"patient {patient} has different sex on different rows ({rows})")
+    return lines
 
 
 def split_random(records: list[Record], fractions, seed: int) -> dict[str, list[Record]]:
@@ -58,7 +93,8 @@ def read_list(path: Path) -> list[tuple[int, str]]:
     """Non-empty lines of a split list, with their line numbers."""
     if not path.exists():
         raise DataError(f"{path}: split list not found (expected {', '.join(NIH_LIST_FILES)})")
-    lines = path.read_text().splitlines()
+    with faults.reported(path):
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     return [(i, s.strip()) for i, s in enumerate(lines, start=1) if s.strip()]
 
 
