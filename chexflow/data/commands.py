@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 
@@ -63,15 +64,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    from chexflow.data.synth import synth_chexpert, synth_nih
+    from chexflow.data import faults
+    from chexflow.data.synth import synth
 
-    make = synth_nih if args.format == "nih" else synth_chexpert
-    csv_path = make(args.out, args.images, args.size, args.seed, args.min_prevalence)
+    with faults.reported(args.out):
+        csv_path = synth(
+            args.format, args.out, args.images, args.size, args.seed, args.min_prevalence
+        )
     print(f"wrote {args.images} images and {csv_path}")
     return 0
 
 
 def run_preprocess(args: argparse.Namespace) -> int:
+    from chexflow.data import faults
     from chexflow.data.preprocess import PreprocessConfig, preprocess
     from chexflow.data.split import parse_fractions
 
@@ -90,7 +95,10 @@ def run_preprocess(args: argparse.Namespace) -> int:
         plan_only=args.plan_only,
         overwrite=args.overwrite,
     )
-    manifest = preprocess(cfg)
+    with faults.reported(args.out):
+        manifest = preprocess(cfg)
+    for warning in manifest["warnings"]:
+        print(f"chexflow preprocess: warning: {warning}", file=sys.stderr)
     summary = {s: {k: v[k] for k in ("images", "patients")} for s, v in manifest["splits"].items()}
     print(
         json.dumps(

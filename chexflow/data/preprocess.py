@@ -6,7 +6,6 @@ import csv
 import hashlib
 import json
 import math
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -15,15 +14,29 @@ from pathlib import Path
 from tqdm import tqdm
 
 import chexflow
+from chexflow.data import faults
 from chexflow.data.chexpert import CHEXPERT_CLASSES, read_chexpert
 from chexflow.data.nih import read_nih
+from chexflow.data.output import StagedOutput, previous_outputs, staging_dir
 from chexflow.data.records import DataError, Record, Rejection, write_rejections
-from chexflow.data.split import NIH_LIST_FILES, SPLITS, split_by_lists, split_random
+from chexflow.data.split import (
+    NIH_LIST_FILES,
+    SPLITS,
+    sex_conflicts,
+    split_by_lists,
+    split_random,
+)
 from chexflow.data.tfrecords import ShardResult, write_shards
 from chexflow.pathologies import PATHOLOGIES
 
-OUTPUT_FILES = ("manifest.json", "rejected.csv", "splits.csv")
 MANIFEST_VERSION = 1
+# Ranges of the numeric options: (flag, lowest, highest).
+LIMITS = {
+    "image_size": ("--image-size", 8, 4096),
+    "workers": ("--workers", 1, 256),
+    "images_per_shard": ("--images-per-shard", 1, 1_000_000),
+    "seed": ("--seed", 0, 2**32 - 1),
+}
 
 
 @dataclass
@@ -45,42 +58,18 @@ class PreprocessConfig:
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with faults.reported(path), open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def prepare_output(out: Path, overwrite: bool) -> None:
-    """Refuse a non-empty output unless --overwrite; then remove only chexflow's own outputs."""
-    if not out.exists():
-        out.mkdir(parents=True)
-        return
-    if not out.is_dir():
-        raise DataError(f"--out {out}: exists and is not a directory")
-    existing = list(out.iterdir())
-    if not existing:
-        return
-    if not overwrite:
-        raise DataError(
-            f"--out {out}: not empty ({len(existing)} entries); pass --overwrite to replace "
-            f"chexflow's outputs there (manifest.json, rejected.csv, splits.csv, split folders)"
-        )
-    for entry in existing:
-        if entry.name in OUTPUT_FILES:
-            entry.unlink()
-        elif entry.name in SPLITS and entry.is_dir():
-            foreign = [p.name for p in entry.iterdir() if not p.name.endswith(".tfrecord")]
-            if foreign:
-                raise DataError(
-                    f"--overwrite: {entry} holds files chexflow did not write: {foreign[:5]}"
-                )
-            shutil.rmtree(entry)
-        else:
-            raise DataError(
-                f"--overwrite: {out} holds {entry.name!r}, which chexflow did not write; "
-                f"choose an empty --out so nothing of yours is replaced"
-            )
+def check_options(cfg: PreprocessConfig) -> None:
+    """Every numeric option within its range, checked before anything is read or written."""
+    for name, (flag, low, high) in LIMITS.items():
+        value = getattr(cfg, name)
+        if not low <= value <= high:
+            raise DataError(f"{flag} {value}: expected a whole number from {low} to {high}")
 
 
 def read_records(cfg: PreprocessConfig) -> tuple[list[Record], list[Rejection], tuple[str, ...]]:
@@ -95,7 +84,7 @@ def read_records(cfg: PreprocessConfig) -> tuple[list[Record], list[Rejection], 
     raise DataError(f"--format {cfg.format!r}: expected nih or chexpert")
 
 
-def plan_shards(split: str, records: list[Record], per_shard: int, out: Path):
+def plan_shards(split: str, records: list[Record], per_shard: int):
     """Cut a split into shards of at most per_shard images: (relative path, records)."""
     n = max(1, math.ceil(len(records) / per_shard)) if records else 0
     for k in range(n):
@@ -103,10 +92,12 @@ def plan_shards(split: str, records: list[Record], per_shard: int, out: Path):
         yield f"{split}/{split}-{k:05d}-of-{n:05d}.tfrecord", chunk
 
 
-def run_shards(cfg: PreprocessConfig, tasks: list[tuple[str, list[Record]]]) -> list[ShardResult]:
-    """Write all shards with a progress bar; images are decoded by cfg.workers processes."""
+def run_shards(
+    cfg: PreprocessConfig, root: Path, tasks: list[tuple[str, list[Record]]]
+) -> list[ShardResult]:
+    """Write all shards under root with a progress bar; cfg.workers processes decode images."""
     total = sum(len(recs) for _, recs in tasks)
-    shards = [(str(cfg.out / rel), recs) for rel, recs in tasks]
+    shards = [(str(root / rel), recs) for rel, recs in tasks]
     with tqdm(total=total, desc="preprocess", unit="img") as bar:
         return write_shards(shards, cfg.image_size, cfg.workers, str(cfg.csv), bar)
 
@@ -125,12 +116,50 @@ def split_summary(records: list[Record], classes: tuple[str, ...]) -> dict:
     }
 
 
+def first_reason(rejections: list[Rejection]) -> str:
+    r = rejections[0]
+    return f"e.g. {r.source_file} line {r.source_row}: {r.reason}"
+
+
+def check_kept(splits: dict[str, list[Record]], rejections: list[Rejection], when: str) -> None:
+    """A run that keeps no image, or leaves a split empty, is an error (exit 2), not a result."""
+    if not any(splits.values()):  # rows were read, so there are rejections
+        raise DataError(
+            f"no image was accepted {when}: all {len(rejections)} were rejected, "
+            f"{first_reason(rejections)}"
+        )
+    empty = [s for s in SPLITS if not splits[s]]
+    if empty:
+        kept = ", ".join(f"{s} {len(splits[s])}" for s in SPLITS)
+        raise DataError(
+            f"the {empty[0]} split is empty {when} ({kept} images); a split by patient needs "
+            f"more images and patients, other --split fractions or another --seed"
+            + (f"; {len(rejections)} rejected, {first_reason(rejections)}" if rejections else "")
+        )
+
+
 def preprocess(cfg: PreprocessConfig) -> dict:
-    """Run the whole step; return the manifest (also written to OUT/manifest.json)."""
+    """Run the whole step; return the manifest (also written to OUT/manifest.json).
+
+    Everything is written into a staging folder and swapped into cfg.out only when the run
+    succeeded (chexflow.data.output); a failed run leaves cfg.out as it was.
+    """
+    check_options(cfg)
+    if not staging_dir(cfg.out).exists():  # else an interrupted run is finished first (locked)
+        previous_outputs(cfg.out, cfg.overwrite)  # refused before a lock file is made in OUT
+    with StagedOutput(cfg.out, "preprocess") as stage:
+        replaces = previous_outputs(cfg.out, cfg.overwrite)
+        manifest = write_outputs(cfg, stage.dir)
+        stage.commit(replaces)
+    return manifest
+
+
+def write_outputs(cfg: PreprocessConfig, root: Path) -> dict:
+    """Read, validate, split and write shards, splits.csv, rejected.csv and manifest.json
+    under root; return the manifest."""
     started = time.time()
     records, rejections, classes = read_records(cfg)
     csv_rows = len(records) + len(rejections)
-    prepare_output(cfg.out, cfg.overwrite)
     if cfg.split_lists:
         known = {r.image_index for r in records} | {r.image for r in rejections}
         splits, unlisted = split_by_lists(records, known, cfg.split_lists, cfg.fractions, cfg.seed)
@@ -146,18 +175,18 @@ def preprocess(cfg: PreprocessConfig) -> dict:
     else:
         splits = split_random(records, cfg.fractions, cfg.seed)
         split_info = {"method": "random-by-patient", "fractions": cfg.fractions, "seed": cfg.seed}
+    check_kept(splits, rejections, f"from {csv_rows} rows of {cfg.csv}")
 
     shards: dict[str, list[dict]] = {s: [] for s in SPLITS}
     converted: Counter = Counter()
     image_hashes: dict[str, list] = {s: [] for s in SPLITS}
     if not cfg.plan_only:
-        for s in SPLITS:
-            (cfg.out / s).mkdir(exist_ok=True)
-        tasks = [
-            t for s in SPLITS for t in plan_shards(s, splits[s], cfg.images_per_shard, cfg.out)
-        ]
-        for result in run_shards(cfg, tasks):
-            rel = str(Path(result.path).relative_to(cfg.out))
+        with faults.reported(root):
+            for s in SPLITS:
+                (root / s).mkdir()
+        tasks = [t for s in SPLITS for t in plan_shards(s, splits[s], cfg.images_per_shard)]
+        for result in run_shards(cfg, root, tasks):
+            rel = Path(result.path).relative_to(root).as_posix()
             split = rel.split("/")[0]
             shards[split].append({"path": rel, "images": len(result.written)})
             rejections += result.rejections
@@ -170,8 +199,9 @@ def preprocess(cfg: PreprocessConfig) -> dict:
         }
         for s in SPLITS:
             shards[s].sort(key=lambda d: d["path"])
+        check_kept(splits, rejections, "after reading the images")
 
-    with open(cfg.out / "splits.csv", "w", newline="") as f:
+    with faults.reported(root / "splits.csv"), open(root / "splits.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["image_index", "patient_id", "split", "source_row"])
         for s in SPLITS:
@@ -180,7 +210,8 @@ def preprocess(cfg: PreprocessConfig) -> dict:
     rejections.sort(
         key=lambda r: (str(r.source_file), int(r.source_row) if str(r.source_row).isdigit() else 0)
     )
-    write_rejections(cfg.out / "rejected.csv", rejections)
+    with faults.reported(root / "rejected.csv"):
+        write_rejections(root / "rejected.csv", rejections)
 
     manifest = {
         "manifest_version": MANIFEST_VERSION,
@@ -199,6 +230,7 @@ def preprocess(cfg: PreprocessConfig) -> dict:
         "accepted": sum(len(splits[s]) for s in SPLITS),
         "rejected": len(rejections),
         "converted_images": dict(converted),
+        "warnings": sex_conflicts([r for s in SPLITS for r in splits[s]]),
         "seconds": round(time.time() - started, 2),
     }
     for s in SPLITS:
@@ -212,5 +244,6 @@ def preprocess(cfg: PreprocessConfig) -> dict:
     manifest["patient_overlap"] = sum(
         len(a & b) for i, a in enumerate(patients) for b in patients[i + 1 :]
     )
-    (cfg.out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    with faults.reported(root / "manifest.json"):
+        (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -16,8 +16,11 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from chexflow.data import faults
 from chexflow.data.chexpert import CHEXPERT_CLASSES, CHEXPERT_COLUMNS
 from chexflow.data.nih import NIH_HEADER
+from chexflow.data.output import StagedOutput
+from chexflow.data.records import DataError
 from chexflow.pathologies import NO_FINDING, PATHOLOGIES
 
 # NIH ChestX-ray14 label counts over its 112,120 images (Data_Entry_2017).
@@ -39,6 +42,8 @@ NIH_COUNTS = {
 }
 NIH_IMAGES = 112_120
 NIH_IMAGES_PER_PATIENT = NIH_IMAGES / 30_805
+# What each format writes into --out.
+SYNTH_ENTRIES = {"nih": ("Data_Entry_2017.csv", "images"), "chexpert": ("CheXpert-v1.0-small",)}
 
 
 def render(labels: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -157,3 +162,31 @@ def synth_chexpert(
     for f in files.values():
         f.close()
     return root / "train.csv"
+
+
+def check_free(out: Path, fmt: str) -> None:
+    """Refuse an --out that already holds what this format writes (nothing is replaced)."""
+    taken = [name for name in SYNTH_ENTRIES[fmt] if (out / name).exists()]
+    if taken:
+        raise DataError(f"--out {out}: already holds {taken[0]!r}; choose another folder")
+
+
+def synth(fmt: str, out: Path, images: int, size: int, seed: int, min_prevalence: float) -> Path:
+    """Write a generated dataset into OUT (staged, swapped in when complete); return its CSV."""
+    checks = (
+        ("--images", images, 1 <= images <= 10_000_000, "a whole number from 1 to 10000000"),
+        ("--size", size, 8 <= size <= 4096, "a whole number of pixels from 8 to 4096"),
+        ("--seed", seed, 0 <= seed < 2**32, "a whole number from 0 to 4294967295"),
+        ("--min-prevalence", min_prevalence, 0 <= min_prevalence <= 1, "a rate from 0 to 1"),
+    )
+    for flag, value, ok, expected in checks:
+        if not ok:
+            raise DataError(f"{flag} {value}: expected {expected}")
+    check_free(out, fmt)
+    with StagedOutput(out, "data synth") as stage:
+        check_free(out, fmt)
+        make = synth_nih if fmt == "nih" else synth_chexpert
+        with faults.reported(stage.dir):
+            csv_path = make(stage.dir, images, size, seed, min_prevalence)
+        stage.commit([])
+    return out / csv_path.relative_to(stage.dir)
