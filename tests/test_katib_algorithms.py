@@ -3,7 +3,6 @@ trial budget, across several seeds (the suggesters the local runner uses, one tr
 
 from __future__ import annotations
 
-import copy
 import statistics
 
 import yaml
@@ -12,7 +11,10 @@ from chexflow.katib.spec import parse_experiment
 from chexflow.katib.suggest import History, make_suggester
 from chexflow.reference import reference_dir
 
-BASE = yaml.safe_load((reference_dir() / "katib-examples" / "tpe.yaml").read_text())
+
+def base() -> dict:
+    """Katib's tpe example, read when a test runs (not at import)."""
+    return yaml.safe_load((reference_dir() / "katib-examples" / "tpe.yaml").read_text())
 
 
 def bowl(p: dict) -> float:
@@ -21,7 +23,7 @@ def bowl(p: dict) -> float:
 
 
 def best_after(algorithm: str, seed: int, budget: int, settings: tuple = ()) -> float:
-    d = copy.deepcopy(BASE)
+    d = base()
     d["spec"]["algorithm"] = {"algorithmName": algorithm, "algorithmSettings": [
         {"name": "random_state", "value": str(seed)}, *settings]}
     exp = parse_experiment(d)
