@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 from chexflow.bench.core import Result, Side, compare
-from chexflow.envs import trainer_bin, trainer_python
+from chexflow.envs import trainer_python
+from chexflow.jobs.local import horovodrun_command
+from chexflow.train.options import TrainOptions
 
 
 def run(work: Path, model: str, size: int, batch: int, steps: int, workers: int,
@@ -36,10 +38,9 @@ def run(work: Path, model: str, size: int, batch: int, steps: int, workers: int,
 
     def direct() -> float:
         out = Path(tempfile.mkdtemp(prefix="direct-", dir=work))
-        cmd = [str(trainer_bin("horovodrun")), "-np", str(workers), "-H", f"localhost:{workers}",
-               "--gloo", str(trainer_python()), "-m", "chexflow.train.worker", "--out", str(out),
-               "--model", model, "--image-size", str(size), "--batch-size", str(batch),
-               "--steps-per-epoch", str(steps), "--epochs", "1", "--synthetic-data"]
+        options = TrainOptions(out=out, model=model, image_size=size, batch_size=batch,
+                               steps_per_epoch=steps, epochs=1, synthetic_data=True)
+        cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         walls["horovodrun"].append(time.perf_counter() - start)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from chexflow import __version__
 from chexflow.errors import ChexflowError
-from chexflow.train.options import WORKER_MODULE, TrainOptions
+from chexflow.train.options import TrainOptions
 
 LAUNCHERS = ("srun", "mpirun")
 # Header lines `chexflow slurm submit` reads back from a rendered script.
@@ -32,8 +32,10 @@ class TrainingRun:
     options: TrainOptions
     extra_args: list[str] = field(default_factory=list)
 
-    def worker_args(self, out: Path) -> list[str]:
-        return dataclasses.replace(self.options, out=out).to_argv() + list(self.extra_args)
+    def worker_command(self, python: str, out: Path) -> list[str]:
+        """`PYTHON -m chexflow.train.worker OPTIONS --out OUT EXTRA_ARGS`."""
+        options = dataclasses.replace(self.options, out=out)
+        return options.worker_command(python) + list(self.extra_args)
 
 
 @dataclass
@@ -136,10 +138,8 @@ def render(run: TrainingRun, job: SlurmJob, run_dir: Path) -> str:
         data = run.options.data
         binds = ",".join(dict.fromkeys(
             [*([str(data.resolve())] if data else []), str(run_dir), *job.binds]))
-        command += ["apptainer", "exec", "--nv", "--bind", binds, str(job.container), "python"]
-    else:
-        command.append(job.python)
-    command += ["-m", WORKER_MODULE, *run.worker_args(train_out)]
+        command += ["apptainer", "exec", "--nv", "--bind", binds, str(job.container)]
+    command += run.worker_command("python" if job.container else job.python, train_out)
 
     def word(w: str) -> str:
         return w if w == "${SLURM_NTASKS}" else q(w)
