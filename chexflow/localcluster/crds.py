@@ -1,62 +1,96 @@
 """Installing the real Kubeflow CRDs (MPIJob v2beta1, Katib Experiment v1beta1) into the cluster.
 
-The CRD files are the upstream ones in the shared reference folder's `crds/`
-(chexflow.reference). `CHEXFLOW_CRDS_DIR` points elsewhere.
+The CRDs come from the manifests inside their projects' Go modules, as the module proxy serves
+them: mpi-operator at the version build/go.mod pins (`manifests/base/kubeflow.org_mpijobs.yaml`)
+and Katib v0.19.0 (`manifests/v1beta1/components/crd/experiment.yaml`). `go mod download`
+fetches each module once into the Go module cache; later starts read it from there.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 
 import yaml
 
 from chexflow.errors import ChexflowError
-from chexflow.reference import ReferenceMissing, reference_dir
+from chexflow.localcluster.binaries import GO_DIR
 
-CRD_FILES = ("mpijobs.kubeflow.org.v2beta1.yaml", "experiments.kubeflow.org.v1beta1.yaml")
+MPI_OPERATOR_MODULE = "github.com/kubeflow/mpi-operator"
+KATIB_MODULE = "github.com/kubeflow/katib"
+KATIB_VERSION = "v0.19.0"
+# module -> CRD manifest inside it
+CRD_MANIFESTS = {
+    MPI_OPERATOR_MODULE: "manifests/base/kubeflow.org_mpijobs.yaml",
+    KATIB_MODULE: "manifests/v1beta1/components/crd/experiment.yaml",
+}
+GO = "/usr/local/go/bin/go"
+# The checksum database does not list Katib's module; the module proxy serves it.
+GONOSUMDB = "github.com/kubeflow,github.com/google/go-containerregistry"
 
 
 class CRDMissing(ChexflowError):
-    """The CRD files were not found or not accepted by the apiserver."""
+    """The CRD manifests were not found or not accepted by the apiserver."""
 
 
-def crds_dir() -> Path:
-    """The folder holding CRD_FILES."""
-    override = os.environ.get("CHEXFLOW_CRDS_DIR")
+def module_versions() -> dict[str, str]:
+    """module -> version: mpi-operator's from build/go.mod, Katib's pinned here."""
+    m = re.search(rf"^\s*{re.escape(MPI_OPERATOR_MODULE)} (v\S+)",
+                  (GO_DIR / "go.mod").read_text(), re.M)
+    if not m:
+        raise CRDMissing(f"{GO_DIR / 'go.mod'}: no `{MPI_OPERATOR_MODULE} vX.Y.Z` requirement")
+    return {MPI_OPERATOR_MODULE: m.group(1), KATIB_MODULE: KATIB_VERSION}
+
+
+def module_dir(module: str, version: str) -> Path:
+    """The module's folder in the Go module cache (`go mod download`, cached after the first)."""
+    go = GO if os.access(GO, os.X_OK) else "go"
+    env = {**os.environ, "GOFLAGS": "", "GONOSUMDB": GONOSUMDB}
     try:
-        d = Path(override) if override else reference_dir() / "crds"
-    except ReferenceMissing as e:
-        raise CRDMissing(f"{e}, or CHEXFLOW_CRDS_DIR to the folder of the CRD files") from e
-    missing = [f for f in CRD_FILES if not (d / f).is_file()]
-    if missing:
-        raise CRDMissing(
-            f"{d}: CRD files {', '.join(missing)} not found; set CHEXFLOW_CRDS_DIR to the "
-            "folder holding them"
-        )
-    return d
+        proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"],
+                              capture_output=True, text=True, env=env, cwd="/")
+    except FileNotFoundError as e:
+        raise CRDMissing(f"{module}@{version}: Go not found ({GO}) to fetch its CRDs") from e
+    info = json.loads(proc.stdout or "{}")
+    if proc.returncode != 0 or not info.get("Dir"):
+        raise CRDMissing(f"go mod download {module}@{version}: "
+                         f"{info.get('Error') or proc.stderr.strip()}")
+    return Path(info["Dir"])
 
 
-def load_crds(directory: Path | None = None) -> list[dict]:
-    """The CustomResourceDefinition documents of CRD_FILES."""
-    directory = directory or crds_dir()
+def crd_files() -> list[Path]:
+    """The CRD manifests, from the Go modules."""
+    files = []
+    for module, version in module_versions().items():
+        path = module_dir(module, version) / CRD_MANIFESTS[module]
+        if not path.is_file():
+            raise CRDMissing(f"{module}@{version}: no {CRD_MANIFESTS[module]} in the module")
+        files.append(path)
+    return files
+
+
+def load_crds(files: list[Path] | None = None) -> list[dict]:
+    """The CustomResourceDefinition documents of the CRD manifests."""
     docs = []
-    for name in CRD_FILES:
-        for doc in yaml.safe_load_all((directory / name).read_text()):
+    for path in files or crd_files():
+        for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 docs.append(doc)
     return docs
 
 
-def install_crds(api_client, directory: Path | None = None, timeout: float = 60) -> list[str]:
+def install_crds(api_client, files: list[Path] | None = None, timeout: float = 60) -> list[str]:
     """Create (or replace) the CRDs and wait until each is Established; returns their names."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     ext = client.ApiextensionsV1Api(api_client)
     names = []
-    for doc in load_crds(directory):
+    for doc in load_crds(files):
         name = doc["metadata"]["name"]
         try:
             ext.create_custom_resource_definition(doc)
