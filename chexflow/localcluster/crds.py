@@ -77,7 +77,9 @@ def load_crds(files: list[Path] | None = None) -> list[dict]:
     """The CustomResourceDefinition documents of the CRD manifests."""
     docs = []
     for path in files or crd_files():
-        for doc in yaml.safe_load_all(path.read_text()):
+        # libyaml's loader when present: the MPIJob CRD is large
+        for doc in yaml.load_all(path.read_text(), Loader=getattr(yaml, "CSafeLoader",
+                                                                   yaml.SafeLoader)):
             if doc and doc.get("kind") == "CustomResourceDefinition":
                 docs.append(doc)
     return docs
