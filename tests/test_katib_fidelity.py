@@ -1,0 +1,372 @@
+"""Katib fidelity: chexflow accepts what Katib's webhook and suggestion services accept and
+refuses what they refuse (with Katib's reason and the field path), sobol and cmaes keep their
+state across suggestion rounds and resumed sweeps, and File / TensorFlowEvent collectors run
+locally with the same result as StdOut."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chexflow.katib.runner import LocalRunner
+from chexflow.katib.spec import SpecError, parse_experiment
+from chexflow.katib.state import open_state
+from chexflow.katib.suggest import History, make_suggester
+from chexflow.reference import reference_dir
+from tests.conftest import read_json, run_chexflow
+
+PY = sys.executable
+
+
+def example(name: str) -> dict:
+    """One of Katib's example Experiments (shared reference folder) as a mapping."""
+    return yaml.safe_load((reference_dir() / "katib-examples" / f"{name}.yaml").read_text())
+
+
+def write(tmp_path: Path, doc: dict, name: str = "exp.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def tune(spec: Path, state: Path, *extra, check: bool = True):
+    return run_chexflow("tune", spec, "--state", state, "--no-progress", *extra, check=check,
+                        timeout=300)
+
+
+def budget(trials: int, parallel: int = 1) -> list[str]:
+    """--set arguments for a small sweep (the examples allow 3 failures and 3 in parallel)."""
+    return ["--set", f"spec.maxTrialCount={trials}", "--set", f"spec.parallelTrialCount={parallel}",
+            "--set", f"spec.maxFailedTrialCount={trials}"]
+
+
+def one_error_line(proc) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+# ---- sobol and cmaes state ------------------------------------------------------------------
+
+def _finish(runner: LocalRunner, recs, metric: str) -> None:
+    for rec in recs:
+        rec.status = "Succeeded"
+        rec.logs = {metric: [rec.parameters["lr"] + rec.parameters["momentum"]]}
+    runner.state.save()
+
+
+def test_sobol_gives_distinct_points_across_rounds_and_after_a_resume(tmp_path: Path):
+    exp = parse_experiment(example("sobol"), "sobol.yaml")
+    state_args = (tmp_path / "s", exp.name, exp.fingerprint(), exp.raw, "true", 7)
+    runner = LocalRunner(exp, open_state(*state_args), "true", progress=False)
+    for _ in range(3):  # three suggestion rounds
+        _finish(runner, runner.suggest(3), exp.objective.metric)
+    assert runner.state.optuna_study_attrs  # the QMC counter is saved with the sweep
+    resumed = LocalRunner(exp, open_state(*state_args), "true", progress=False)
+    _finish(resumed, resumed.suggest(3), exp.objective.metric)
+    points = [(t.parameters["lr"], t.parameters["momentum"]) for t in resumed.state.trials]
+    assert len(points) == 12 and len(set(points)) == 12, points
+
+
+def test_installed_optuna_ignores_cmaes_restarts_so_chexflow_runs_its_own_ipop():
+    import optuna
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        optuna.samplers.CmaEsSampler(restart_strategy="ipop")
+    assert any("falls back to `None`" in str(w.message) for w in caught)
+
+    exp = parse_experiment(example("cma-es"), "cma-es.yaml")  # restart_strategy: ipop
+    history: list[History] = []
+    while len(history) < 240:  # a flat objective: CMA-ES stops, then restarts
+        for s in make_suggester(exp, 5).suggest(history, 3):
+            history.append(History(s.parameters, 1.0, False, s.optuna_attrs))
+    runs = [(h.optuna_attrs["cma:restart"], h.optuna_attrs["cma:popsize"]) for h in history]
+    assert runs[0] == (0, 6) and (1, 12) in runs  # IPOP: the population doubles
+    assert runs == sorted(runs)
+
+
+def test_ipop_cmaes_sweep_runs_locally_and_shows_its_generations(tmp_path: Path):
+    cmd = (f"{PY} -c 'import sys; print(\"loss=0.5\")' ${{trialParameters.learningRate}} "
+           "${trialParameters.momentum}")
+    tune(write(tmp_path, example("cma-es")), tmp_path / "s", "--trial-command", cmd,
+         "--set", "spec.maxTrialCount=9")
+    trials = read_json(tmp_path / "s" / "state.json")["trials"]
+    # popsize 6 for 2 parameters: a generation is told once 6 of its trials have results
+    gens = [t["optuna_attrs"]["cma:generation"] for t in trials]
+    assert gens[:6] == [0] * 6 and gens[-1] == 1 and gens == sorted(gens)
+    assert {t["optuna_attrs"]["cma:popsize"] for t in trials} == {6}
+
+
+# ---- Katib's webhook rules: refused with Katib's reason -------------------------------------
+
+def _dup_reference(d):
+    d["spec"]["trialTemplate"]["trialParameters"].append({"name": "lr2", "reference": "lr"})
+    d["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0][
+        "command"].append("--lr2=${trialParameters.lr2}")
+
+
+def _unknown_job_field(d):
+    d["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0][
+        "comand"] = ["python"]
+
+
+REFUSED = [
+    (_dup_reference, "spec.trialTemplate.trialParameters[2].reference: parameter reference lr "
+     "can't be duplicated"),
+    (lambda d: d["spec"]["trialTemplate"]["trialSpec"].setdefault("metadata", {}).update(
+        name="fixed"), "metadata.name and metadata.namespace in spec.trialTemplate must be "
+     "omitted"),
+    (_unknown_job_field, "unable to convert: /spec/template/spec/containers/0/comand to Job"),
+    (lambda d: d["spec"]["trialTemplate"].update(configMap={
+        "configMapName": "t", "configMapNamespace": "kubeflow", "templatePath": "job.yaml"}),
+     "only one of spec.trialTemplate.trialSpec or spec.trialTemplate.configMap can be "
+     "specified"),
+    (lambda d: d["spec"].update(algorithm={"algorithmName": "grid"}, maxTrialCount=100,
+                                parallelTrialCount=3),
+     "spec.maxTrialCount: Max Trial Count: 100 > all possible search combinations: 45"),
+    (lambda d: d["spec"]["algorithm"].update(algorithmName="hyperband", algorithmSettings=[
+        {"name": "r_l", "value": "9"}, {"name": "resource_name", "value": "lr"}]),
+     "spec.parallelTrialCount: parallelTrialCount must be not less than 9."),
+    (lambda d: d["spec"]["algorithm"].update(algorithmName="pbt", algorithmSettings=[
+        {"name": "n_population", "value": "4"}, {"name": "truncation_threshold", "value": "0.2"}]),
+     "Param(n_population) should be >= 5"),
+]
+
+
+@pytest.mark.parametrize("mutate,reason", REFUSED, ids=[r[1][:48] for r in REFUSED])
+def test_katib_webhook_and_service_rules_are_refused_with_katibs_reason(mutate, reason):
+    d = example("grid") if "Max Trial Count" in reason else example("random")
+    mutate(d)
+    with pytest.raises(SpecError) as err:
+        parse_experiment(d, "x.yaml")
+    assert reason in str(err.value)
+
+
+# ---- what Katib accepts is accepted -------------------------------------------------------
+
+def _kind_spec(api: str, kind: str, replicas_key: str | None) -> dict:
+    pod = {"spec": {"containers": [{
+        "name": "training-container", "image": "x",
+        "command": ["python", "-c", "print('loss=${trialParameters.learningRate} "
+                    "${trialParameters.momentum}')"]}]}}
+    if replicas_key is None:
+        return {"apiVersion": api, "kind": kind, "spec": {"template": pod}}
+    return {"apiVersion": api, "kind": kind,
+            "spec": {replicas_key: {"Worker": {"replicas": 1, "template": pod}}}}
+
+
+KINDS = [
+    ("kubeflow.org/v1", "TFJob", "tfReplicaSpecs", 'type=="Succeeded"',
+     {"training.kubeflow.org/job-role": "master"}),
+    ("kubeflow.org/v1", "PyTorchJob", "pytorchReplicaSpecs", 'type=="Succeeded"',
+     {"training.kubeflow.org/job-role": "master"}),
+    ("kubeflow.org/v1", "XGBoostJob", "xgbReplicaSpecs", 'type=="Succeeded"',
+     {"training.kubeflow.org/job-role": "master"}),
+    ("kubeflow.org/v1", "MPIJob", "mpiReplicaSpecs", 'type=="Succeeded"',
+     {"training.kubeflow.org/job-role": "master"}),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob", None, 'type=="Complete"',
+     {"jobset.sigs.k8s.io/replicatedjob-name": "node",
+      "batch.kubernetes.io/job-completion-index": "0"}),
+]
+
+
+@pytest.mark.parametrize("api,kind,replicas,success,labels", KINDS, ids=[k[1] for k in KINDS])
+def test_trial_kinds_without_conditions_get_katibs_defaults(api, kind, replicas, success, labels,
+                                                           tmp_path: Path):
+    d = example("random")
+    tt = d["spec"]["trialTemplate"]
+    tt["trialSpec"] = _kind_spec(api, kind, replicas)
+    for key in ("successCondition", "failureCondition", "primaryPodLabels"):
+        tt.pop(key, None)
+    exp = parse_experiment(d, "x.yaml")
+    assert success in exp.trial_template["successCondition"]
+    assert 'type=="Failed"' in exp.trial_template["failureCondition"]
+    assert exp.trial_template["primaryPodLabels"] == labels
+    # and the trial's primary container runs locally
+    tune(write(tmp_path, d), tmp_path / "s", *budget(1))
+    res = read_json(tmp_path / "s" / "results.json")
+    assert [t["status"] for t in res["trials"]] == ["Succeeded"]
+
+
+def test_min_equal_max_parameters_are_accepted_and_fixed():
+    for algorithm in ("random", "tpe", "bayesianoptimization", "multivariate-tpe", "sobol"):
+        d = example("random")
+        d["spec"]["algorithm"] = {"algorithmName": algorithm}
+        d["spec"]["parameters"][1]["feasibleSpace"].update(min="0.7", max="0.7")
+        exp = parse_experiment(d, "x.yaml")
+        history: list[History] = []
+        for _ in range(2):
+            for s in make_suggester(exp, 1).suggest(history, 3):
+                assert s.parameters["momentum"] == 0.7 and 0.01 <= s.parameters["lr"] <= 0.05
+                history.append(History(s.parameters, s.parameters["lr"], False, s.optuna_attrs))
+
+
+def test_int_bounds_random_tpe_and_zero_settings_are_no_stricter_than_katib():
+    d = example("random")
+    d["spec"]["parameters"].append({"name": "layers", "parameterType": "int",
+                                    "feasibleSpace": {"min": "1.5", "max": "8.5"}})
+    d["spec"]["trialTemplate"]["trialParameters"].append({"name": "layers",
+                                                          "reference": "layers"})
+    d["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0][
+        "command"].append("--layers=${trialParameters.layers}")
+    for algorithm in ("random", "tpe"):  # Katib's hyperopt reads int bounds as floats
+        d["spec"]["algorithm"] = {"algorithmName": algorithm}
+        exp = parse_experiment(copy.deepcopy(d), "x.yaml")
+        values = {s.parameters["layers"] for s in make_suggester(exp, 2).suggest([], 30)}
+        assert values <= set(range(2, 9)) and len(values) > 3
+    d["spec"]["algorithm"] = {"algorithmName": "bayesianoptimization"}
+    with pytest.raises(SpecError, match=r"parameters\[2\].feasibleSpace.min: 1.5 is not an int"):
+        parse_experiment(copy.deepcopy(d), "x.yaml")
+
+    for algorithm, setting in (("bayesianoptimization", "n_initial_points"),
+                               ("multivariate-tpe", "n_ei_candidates"),
+                               ("multivariate-tpe", "n_startup_trials")):
+        d = example("random")
+        d["spec"]["algorithm"] = {"algorithmName": algorithm,
+                                  "algorithmSettings": [{"name": setting, "value": "0"}]}
+        parse_experiment(d, "x.yaml")
+    d = example("cma-es")  # goptuna reads three settings and ignores the others
+    d["spec"]["algorithm"]["algorithmSettings"].append({"name": "popsize", "value": "9"})
+    parse_experiment(d, "x.yaml")
+
+
+def test_a_library_that_fails_fails_the_experiment_as_katib_does(tmp_path: Path):
+    d = example("bayesian-optimization")
+    d["spec"]["algorithm"]["algorithmSettings"] = [{"name": "n_initial_points", "value": "0"}]
+    proc = tune(write(tmp_path, d), tmp_path / "s", "--trial-command", "echo loss=1",
+                check=False)
+    assert proc.returncode == 1
+    cond = read_json(tmp_path / "s" / "results.json")["condition"]
+    assert (cond["type"], cond["reason"]) == ("Failed", "ExperimentFailed")
+    assert cond["message"].startswith("Suggestion has failed: scikit-optimize")
+
+
+def test_configmap_templates_pass_validation_and_locally_need_a_trial_command(tmp_path: Path):
+    d = example("random")
+    tt = d["spec"]["trialTemplate"]
+    del tt["trialSpec"]
+    tt["configMap"] = {"configMapName": "trial-templates", "configMapNamespace": "kubeflow",
+                       "templatePath": "defaultTrialTemplate.yaml"}
+    with pytest.raises(SpecError, match="successCondition and failureCondition must be spec"):
+        parse_experiment(copy.deepcopy(d), "x.yaml")  # no trialSpec: no kind, no defaults
+    tt["successCondition"] = 'status.conditions.#(type=="Complete")#|#(status=="True")#'
+    tt["failureCondition"] = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
+    parse_experiment(copy.deepcopy(d), "x.yaml")
+    spec = write(tmp_path, d)
+    line = one_error_line(tune(spec, tmp_path / "s", check=False))
+    assert ("spec.trialTemplate.configMap: the local runner cannot read ConfigMap "
+            "kubeflow/trial-templates (templatePath defaultTrialTemplate.yaml)") in line
+    assert not (tmp_path / "s").exists()
+    cmd = f"{PY} -c 'import sys; print(\"loss=\" + sys.argv[1])' ${{trialParameters.learningRate}}"
+    tune(spec, tmp_path / "s2", "--trial-command", cmd, *budget(2))
+    assert read_json(tmp_path / "s2" / "results.json")["counts"]["Succeeded"] == 2
+
+
+def test_collector_kinds_are_accepted_and_cluster_only_ones_refused_locally(tmp_path: Path):
+    for collector in ({"collector": {"kind": "File"}},
+                      {"collector": {"kind": "TensorFlowEvent"}},
+                      {"collector": {"kind": "Custom", "customCollector": {
+                          "name": "c", "image": "x"}}}):
+        d = example("random")
+        d["spec"]["metricsCollectorSpec"] = collector
+        exp = parse_experiment(d, "x.yaml")
+        assert exp.collector.kind == collector["collector"]["kind"]
+    assert exp.collector.kind == "Custom"
+    line = one_error_line(tune(write(tmp_path, d), tmp_path / "s", check=False))
+    assert "spec.metricsCollectorSpec.collector.kind: Custom: the local runner collects" in line
+    d["spec"]["metricsCollectorSpec"] = {}
+    d["spec"]["algorithm"] = {"algorithmName": "hyperband", "algorithmSettings": [
+        {"name": "r_l", "value": "3"}, {"name": "resource_name", "value": "lr"}]}
+    line = one_error_line(tune(write(tmp_path, d), tmp_path / "s", check=False))
+    assert "hyperband runs only on a cluster" in line
+
+
+def test_metric_names_with_spaces_under_a_custom_metrics_format(tmp_path: Path):
+    d = example("random")
+    d["spec"]["objective"].update(objectiveMetricName="val loss",
+                                  additionalMetricNames=["train acc"])
+    d["spec"]["metricsCollectorSpec"] = {"source": {"filter": {"metricsFormat": [
+        r"([\w ]+):\s*([+-]?\d*(\.\d+)?)"]}}}
+    cmd = (f"{PY} -c 'import sys; print(\"val loss: \" + sys.argv[1]); print(\"train acc: 0.5\")' "
+           "${trialParameters.learningRate}")
+    tune(write(tmp_path, d), tmp_path / "s", "--trial-command", cmd, *budget(2))
+    trials = read_json(tmp_path / "s" / "results.json")["trials"]
+    assert all(t["val loss"] == t["lr"] and t["train acc"] == 0.5 for t in trials)
+
+
+# ---- shapes: one line naming the field, no traceback ----------------------------------------
+
+SHAPES = [
+    (lambda d: d["spec"]["trialTemplate"]["trialParameters"].append("lr"),
+     "spec.trialTemplate.trialParameters[2]: expected a mapping, got str 'lr'"),
+    (lambda d: d["spec"]["objective"].update(metricStrategies=["loss"]),
+     "spec.objective.metricStrategies[0]: expected a mapping, got str 'loss'"),
+    (lambda d: d["spec"]["parameters"][0].update(feasibleSpace=["0.01", "0.05"]),
+     "spec.parameters[0].feasibleSpace: expected a mapping, got a list"),
+    (lambda d: d["spec"]["objective"].update(additionalMetricNames="loss2"),
+     "spec.objective.additionalMetricNames: expected a list, got str 'loss2'"),
+    (lambda d: d.update(spec=["a"]), "spec: expected a mapping, got a list"),
+]
+
+
+@pytest.mark.parametrize("mutate,expected", SHAPES, ids=[s[1][:40] for s in SHAPES])
+def test_wrong_shapes_are_one_line_naming_the_field(mutate, expected, tmp_path: Path):
+    d = example("random")
+    mutate(d)
+    line = one_error_line(tune(write(tmp_path, d), tmp_path / "s", "--dry-run", check=False))
+    assert expected in line
+
+
+# ---- File and TensorFlowEvent collectors end to end ----------------------------------------
+
+STDOUT = (f"{PY} -c 'import sys; lr, m = map(float, sys.argv[1:]); "
+          "[print(f\"loss={(lr - 0.03) ** 2 * 1000 + (m - 0.7) ** 2 + e / 10:.6f}\") "
+          "for e in (3, 1, 2)]' ${trialParameters.learningRate} ${trialParameters.momentum}")
+FILE = (f"{PY} -c 'import sys, json; lr, m = map(float, sys.argv[1:3]); f = open(sys.argv[3], "
+        "\"w\"); [print(json.dumps({{\"loss\": f\"{{(lr - 0.03) ** 2 * 1000 + (m - 0.7) ** 2 + "
+        "e / 10:.6f}}\"}}), file=f) for e in (3, 1, 2)]' "
+        "${{trialParameters.learningRate}} ${{trialParameters.momentum}} {path}")
+TFEVENT = ("{trainer} -c 'import sys, tensorflow as tf; lr, m = map(float, sys.argv[1:3]); "
+           "w = tf.summary.create_file_writer(sys.argv[3]); w.set_as_default(); "
+           "[tf.summary.scalar(\"loss\", (lr - 0.03) ** 2 * 1000 + (m - 0.7) ** 2 + e / 10, "
+           "step=i) for i, e in enumerate((3, 1, 2))]; w.flush()' "
+           "${{trialParameters.learningRate}} ${{trialParameters.momentum}} {path}")
+
+
+def test_file_and_tfevent_collectors_report_the_stdout_objective(tmp_path: Path):
+    from chexflow.envs import trainer_python
+
+    base = example("random")
+    base["spec"]["algorithm"]["algorithmSettings"] = [{"name": "random_state", "value": "3"}]
+    runs = {"stdout": ({}, STDOUT)}
+    runs["file"] = ({"collector": {"kind": "File"}, "source": {"fileSystemPath": {
+        "path": "/var/log/katib/metrics.json", "kind": "File", "format": "JSON"}}},
+        FILE.format(path="/var/log/katib/metrics.json"))
+    runs["tfevent"] = ({"collector": {"kind": "TensorFlowEvent"}, "source": {"fileSystemPath": {
+        "path": "/var/log/katib/tfevent/", "kind": "Directory"}}},
+        TFEVENT.format(trainer=trainer_python(), path="/var/log/katib/tfevent/"))
+    results = {}
+    for name, (collector, cmd) in runs.items():
+        d = copy.deepcopy(base)
+        d["spec"]["metricsCollectorSpec"] = collector
+        tune(write(tmp_path, d, f"{name}.yaml"), tmp_path / name, "--trial-command", cmd,
+             *budget(2, parallel=2))
+        results[name] = read_json(tmp_path / name / "results.json")
+    for name in ("file", "tfevent"):
+        assert [t["status"] for t in results[name]["trials"]] == ["Succeeded"] * 2
+        for mine, ref in zip(results[name]["trials"], results["stdout"]["trials"], strict=True):
+            assert (mine["lr"], mine["momentum"]) == (ref["lr"], ref["momentum"])
+            assert mine["metric_logs"]["loss"] == pytest.approx(ref["metric_logs"]["loss"],
+                                                                abs=1e-5)
+        assert results[name]["optimal"]["metrics"]["loss"] == pytest.approx(
+            results["stdout"]["optimal"]["metrics"]["loss"], abs=1e-5)
+    assert (tmp_path / "tfevent" / "trials").is_dir()
+    events = list((tmp_path / "tfevent" / "trials").glob("*/metrics/events.out.tfevents.*"))
+    assert len(events) == 2
