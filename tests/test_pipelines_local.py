@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,20 @@ def test_chexnet_train_generates_data_and_completes(tmp_path):
     (auroc_path,) = Path(s["work_dir"]).glob("*/evaluate/auroc.json")
     auroc = json.loads(auroc_path.read_text())
     assert auroc["mean"] == pytest.approx(evaluation["auroc_mean"])
-    assert "report:" in proc.stdout and "metrics [train-op]" in proc.stdout
+    # quiet by default: a line per step start and end (naming its log), a bar, the summary
+    lines = proc.stdout.split("\n")
+    assert len(lines) <= 40, proc.stdout
+    for step in ("preprocess-op", "train-op", "evaluate-op", "report-op"):
+        log = Path(s["logs"]) / f"{step}.log"
+        assert f"] {step}: started (log: {log})" in proc.stdout and log.stat().st_size > 0
+        assert re.search(rf"] {step}: done in \d+s", proc.stdout)
+    assert "Executing task" not in proc.stdout + proc.stderr  # kfp.local's logs: in the files
+    assert "Executing task" in (Path(s["logs"]) / "train-op.log").read_text()
+    assert "epoch/s" in proc.stdout  # the training bar
+    assert f"report: {s['reports'][0]}" in proc.stdout
+    assert "images/s with 1 worker(s)" in proc.stdout
+    assert re.search(r"mean test AUROC 0\.\d{3} \(95% CI 0\.\d{3}-[01]\.\d{3}\); CheXNet's "
+                     r"published mean is 0\.841 .*these data are generated, not NIH's", lines[-2])
 
 
 def test_scaling_study_one_and_two_workers(tmp_path, nih_tfrecords):
@@ -70,5 +84,17 @@ def test_failing_training_fails_the_pipeline_with_the_worker_error(tmp_path, nih
     assert proc.returncode == 2
     assert "--lr -1.0: must be > 0" in out  # the worker's own message
     assert "job train-w1-" in out and "exited with status" in out
-    assert "chexflow run: error: pipeline chexnet-train failed" in proc.stderr
-    assert "train-op" in proc.stderr
+    assert "chexflow run: error: pipeline chexnet-train failed at step train-op" in proc.stderr
+    # the failed step's log tail, without --verbose; nothing else of the logs
+    tail = proc.stdout.split("--- last ")[1]
+    assert "--lr -1.0: must be > 0" in tail and "train-op.log ---" in tail
+    assert len(tail.strip().split("\n")) <= 22 and "Executing task" not in out
+
+
+def test_verbose_run_shows_the_steps_logs(tmp_path, nih_tfrecords):
+    proc = run_chexflow("run", "scaling-study", "--data", nih_tfrecords, "--out", tmp_path,
+                        "--worker-counts", "1", "--model", "resnet50", "--epochs", 1,
+                        "--steps-per-epoch", 3, "--batch-size", 4, "--image-size", 64,
+                        "--verbose")
+    assert "Executing task" in proc.stdout and "[train-w1-" in proc.stdout
+    assert "1 worker(s): " in proc.stdout and "scaling efficiency 100%" in proc.stdout

@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--katib-spec", type=Path, help="tune-then-train: Katib Experiment YAML")
     r.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
                    help="any other pipeline parameter (value parsed as JSON, else a string)")
+    r.add_argument("--verbose", action="store_true",
+                   help="also show every step's output (always in OUT/RUN/logs/STEP.log)")
     r.set_defaults(func=run_run)
 
     s = sub.add_parser("submit", help="submit a compiled pipeline to Kubeflow Pipelines")
@@ -105,7 +107,7 @@ def run_run(args: argparse.Namespace) -> int:
             if key in overrides:
                 raise ChexflowError(f"--{key.replace('_', '-')}: not a scaling-study parameter")
     overrides.update(parse_params(args.param))
-    run_local(args.pipeline, args.out, args.data, overrides)
+    run_local(args.pipeline, args.out, args.data, overrides, verbose=args.verbose)
     return 0
 
 

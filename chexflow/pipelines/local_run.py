@@ -4,24 +4,32 @@ interpreter) and the local job backend. Without --data it generates a small NIH-
 Layout of OUT/RUN (RUN = PIPELINE-TIMESTAMP):
   kfp/    kfp.local's pipeline root: one folder per task with executor_output.json and artifacts
   work/   the jobs' shared folder (what the data PVC is on a cluster): data/, train-wN/, evaluate/
+  logs/   one log per step (STEP.log: the task's whole output) and kfp.log (kfp.local's own)
   summary.json   metrics of every task, report paths
+
+The terminal gets one line per step as it starts and ends, a bar over training epochs and a
+summary (chexflow.pipelines.console); `verbose` also shows every step's output.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
+from chexflow.evaluate.report import SYNTH_MARKER, data_provenance
+from chexflow.pathologies import CHEXNET_MEAN_AUROC
+from chexflow.pipelines.console import Console, step_logs
 from chexflow.pipelines.registry import build, pipeline_names
 
 # Small defaults that finish in a few minutes on 2 CPU cores.
 LOCAL_DEFAULTS: dict[str, dict[str, Any]] = {
     "chexnet-train": {"model": "densenet121", "workers": 2, "gpus_per_worker": 0,
-                      "epochs": 2, "batch_size": 16, "image_size": 64, "weights": "none",
+                      "epochs": 6, "batch_size": 16, "image_size": 64, "weights": "none",
                       "bootstrap": 200, "timeout_seconds": 3600},
     "scaling-study": {"model": "resnet50", "worker_counts": [1, 2], "gpus_per_worker": 0,
                       "epochs": 1, "batch_size": 8, "image_size": 64, "steps_per_epoch": 8,
@@ -37,24 +45,32 @@ class PipelineRunFailed(ChexflowError):
     """A local pipeline run ended with a failed task."""
 
 
-def ensure_dataset(out: Path, image_size: int) -> Path:
-    """OUT/synth-data: generated once (NIH format) and reused by later runs."""
+def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = False) -> Path:
+    """OUT/synth-data: generated once (NIH format) and reused by later runs; the generator's
+    output goes to LOG_DIR/synth.log (and to the terminal with `verbose`)."""
     from chexflow.jobs import JobSpec, run_job
 
     data = out / f"synth-data-{image_size}px"
-    marker = data / "synth.json"
+    marker = data / SYNTH_MARKER
     wanted = {"images": SYNTH_IMAGES, "size": image_size, "seed": SYNTH_SEED}
     if marker.exists() and json.loads(marker.read_text()) == wanted:
-        print(f"run: reusing generated dataset {data}")
+        print(f"run: reusing the generated dataset {data}")
         return data
     if data.exists() and any(data.iterdir()):
         raise ChexflowError(f"{data}: exists but is not a dataset chexflow generated; move it")
-    run_job(JobSpec(
+    log_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    print(f"run: generating {SYNTH_IMAGES} NIH-format images of {image_size} px in {data} "
+          f"(log: {log_dir / 'synth.log'})", flush=True)
+    spec = JobSpec(
         name="synth", environment="control",
         command=["chexflow", "data", "synth", "--out", str(data), "--images", str(SYNTH_IMAGES),
                  "--size", str(image_size), "--seed", str(SYNTH_SEED)],
-    ))
+    )
+    with open(os.devnull, "w") as quiet:  # the log file gets the output either way
+        run_job(spec, stream=None if verbose else quiet, log_dir=log_dir)
     marker.write_text(json.dumps(wanted))
+    print(f"run: generated in {time.monotonic() - started:.0f}s", flush=True)
     return data
 
 
@@ -84,7 +100,8 @@ def collect_outputs(kfp_root: Path) -> dict[str, Any]:
     return tasks
 
 
-def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any]) -> dict:
+def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any],
+              verbose: bool = False) -> dict:
     """Run pipeline `name` with kfp.local; return (and write) the run summary."""
     from kfp import local
 
@@ -94,9 +111,10 @@ def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any]
     out.mkdir(parents=True, exist_ok=True)
     run_dir = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir()
+    log_dir = run_dir / "logs"
     image_size = overrides.get("image_size", LOCAL_DEFAULTS[name]["image_size"])
     if data is None:
-        data = ensure_dataset(out, image_size)
+        data = ensure_dataset(out, image_size, log_dir, verbose)
     elif not data.exists():
         raise ChexflowError(f"--data {data}: no such folder")
     work_root = run_dir / "work"
@@ -105,18 +123,21 @@ def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any]
                raise_on_error=True)
     arguments = pipeline_arguments(name, data.resolve(), work_root, overrides)
     print(f"run: {name} locally (kfp.local, local job backend) in {run_dir}", flush=True)
+    console = Console(log_dir, verbose, arguments.get("epochs"))
     started = time.monotonic()
     try:
-        build(name)(**arguments)
+        with step_logs(console):
+            build(name)(**arguments)
     except RuntimeError as e:
-        raise PipelineRunFailed(
-            f"pipeline {name} failed: {e}; the failing task's log is above (its job's log tail "
-            f"follows '--- log tail ---'); outputs so far: {run_dir}"
-        ) from None
+        step = console.failed
+        where = f" at step {step.name}; its log: {step.log}" if step else f": {e}"
+        raise PipelineRunFailed(f"pipeline {name} failed{where}; outputs so far: {run_dir}") \
+            from None
     tasks = collect_outputs(kfp_root)
     summary = {
         "pipeline": name, "run_dir": str(run_dir), "kfp_root": str(kfp_root),
-        "work_dir": str(work_root), "data": str(data), "arguments": arguments,
+        "work_dir": str(work_root), "logs": str(log_dir), "data": str(data),
+        "provenance": data_provenance(data), "arguments": arguments,
         "wall_seconds": round(time.monotonic() - started, 1), "tasks": tasks,
         "reports": sorted(str(p) for p in work_root.glob("*/*.html")),
     }
@@ -125,17 +146,35 @@ def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any]
     return summary
 
 
+def task_metrics(summary: dict[str, Any], task: str) -> dict[str, Any]:
+    """A task's logged Metrics (empty if it has none)."""
+    arts = summary["tasks"].get(task, {}).get("artifacts", {})
+    return (arts.get("metrics") or {}).get("metadata", {})
+
+
 def print_summary(summary: dict[str, Any], stream=sys.stdout) -> None:
+    """Where the report is, throughput, and last the mean AUROC beside CheXNet's."""
     p = lambda *a: print(*a, file=stream)  # noqa: E731
-    p(f"\nrun: {summary['pipeline']} finished in {summary['wall_seconds']}s")
-    p(f"  artifacts (kfp.local pipeline root): {summary['kfp_root']}")
-    p(f"  job outputs (data, models, evaluation): {summary['work_dir']}")
-    for task, entry in summary["tasks"].items():
-        for art_name, art in entry.get("artifacts", {}).items():
-            numbers = {k: v for k, v in art["metadata"].items() if isinstance(v, (int, float))}
-            if numbers and art_name in ("metrics",):
-                shown = ", ".join(f"{k}={v:.4g}" for k, v in list(numbers.items())[:12])
-                p(f"  metrics [{task}]: {shown}")
+    minutes, seconds = divmod(round(summary["wall_seconds"]), 60)
+    p(f"run: {summary['pipeline']} finished in {minutes} min {seconds:02d} s; "
+      f"outputs, logs and summary.json in {summary['run_dir']}")
     for report in summary["reports"]:
         p(f"  report: {report}")
-    p(f"  summary: {summary['run_dir']}/summary.json")
+    train = task_metrics(summary, "train-op")
+    if "images_per_sec" in train:
+        p(f"  training: {train['images_per_sec']:.1f} images/s with {train['workers']:.0f} "
+          f"worker(s), {train.get('wall_seconds', 0):.0f} s")
+    scaling = task_metrics(summary, "scaling-report-op")
+    for key in sorted(k for k in scaling if k.startswith("images_per_sec_w")):
+        w = key.removeprefix("images_per_sec_w")
+        p(f"  {w} worker(s): {scaling[key]:.1f} images/s, scaling efficiency "
+          f"{100 * scaling.get(f'efficiency_w{w}', float('nan')):.0f}%")
+    p(f"  data: {summary['provenance']}")
+    evaluation = task_metrics(summary, "evaluate-op")
+    if "auroc_mean" in evaluation:
+        generated = "generated" in summary["provenance"]
+        p(f"run: mean test AUROC {evaluation['auroc_mean']:.3f} (95% CI "
+          f"{evaluation.get('auroc_ci_low', float('nan')):.3f}-"
+          f"{evaluation.get('auroc_ci_high', float('nan')):.3f}); CheXNet's published mean is "
+          f"{CHEXNET_MEAN_AUROC:.3f} on NIH ChestX-ray14"
+          + ("; these data are generated, not NIH's X-rays" if generated else ""))
