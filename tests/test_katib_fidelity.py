@@ -370,3 +370,27 @@ def test_file_and_tfevent_collectors_report_the_stdout_objective(tmp_path: Path)
     assert (tmp_path / "tfevent" / "trials").is_dir()
     events = list((tmp_path / "tfevent" / "trials").glob("*/metrics/events.out.tfevents.*"))
     assert len(events) == 2
+
+
+def test_medianstop_follows_a_file_collectors_metrics_file(tmp_path: Path):
+    # The first trial is good (loss 0.1, 0.11, ...), the second clearly bad (loss 5.0); both
+    # write their metrics to Katib's default File path, never to stdout.
+    script = tmp_path / "trial.py"
+    script.write_text(
+        "import sys, time\n"
+        f"counter = open({str(tmp_path / 'count')!r}, 'a+')\n"
+        "counter.seek(0)\nfirst = counter.read() == ''\ncounter.write('x')\ncounter.close()\n"
+        "out = open(sys.argv[1], 'w')\n"
+        "for i in range(8):\n"
+        "    print(f'epoch={i + 1} loss={0.1 + i / 100 if first else 5.0}', file=out, flush=True)\n"
+        "    time.sleep(0.4)\n"
+    )
+    d = example("median-stop")
+    d["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "File"}}
+    tune(write(tmp_path, d), tmp_path / "s", "--trial-command",
+         f"{PY} {script} /var/log/katib/metrics.log ${{trialParameters.learningRate}}",
+         *budget(2))
+    good, bad = read_json(tmp_path / "s" / "state.json")["trials"]
+    assert good["status"] == "Succeeded" and len(good["logs"]["loss"]) == 8
+    assert bad["status"] == "EarlyStopped" and 2 <= len(bad["logs"]["loss"]) < 8
+    assert (tmp_path / "s" / "trials" / good["name"] / "metrics" / "metrics.log").is_file()

@@ -67,25 +67,29 @@ def read_metrics_file(path: Path, names: list[str], file_format: str,
         raise CollectorError(f"metrics file {path}: failed to open the file (the trial never "
                              "wrote it)") from e
     logs: dict[str, list[float]] = {}
-    if file_format == "TEXT":
-        parser = TextParser(names, formats)
-        for line in text.split("\n"):
-            for name, v in parser.parse(line):
-                logs.setdefault(name, []).append(v)
-        return logs
+    parser = TextParser(names, formats)
     for n, line in enumerate(text.split("\n"), 1):
-        if not line:
-            continue
         try:
-            obj = json.loads(line)
+            found = parser.parse(line) if file_format == "TEXT" else parse_json_line(line, names)
         except json.JSONDecodeError as e:
             raise CollectorError(f"metrics file {path} line {n}: failed to parse the json "
                                  f"object ({e.msg})") from e
-        for name in names:
-            value = obj.get(name) if isinstance(obj, dict) else None
-            if isinstance(value, str) and (v := _number(value.strip())) is not None:
-                logs.setdefault(name, []).append(v)
+        for name, v in found:
+            logs.setdefault(name, []).append(v)
     return logs
+
+
+def parse_json_line(line: str, names: list[str]) -> list[tuple[str, float]]:
+    """A JSON-format metrics line: the metrics whose values are numeric strings."""
+    if not line:
+        return []
+    obj = json.loads(line)
+    found = []
+    for name in names:
+        value = obj.get(name) if isinstance(obj, dict) else None
+        if isinstance(value, str) and (v := _number(value.strip())) is not None:
+            found.append((name, v))
+    return found
 
 
 def read_tfevents(directory: Path, names: list[str]) -> dict[str, list[float]]:

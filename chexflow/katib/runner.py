@@ -9,7 +9,9 @@ trials >= maxTrialCount (Succeeded), search space exhausted with no trial active
 suggestion library that fails ends it Failed ("Suggestion has failed").
 
 Metrics: StdOut is parsed line by line while the trial runs (medianstop acts on it); File and
-TensorFlowEvent are read when the trial's process ends. Katib mounts a folder of its own at the
+TensorFlowEvent are read when the trial's process ends, and with a stop rule the File is
+followed while the trial runs, as Katib's collector does (Katib's TensorFlowEvent collector has
+no early stopping). Katib mounts a folder of its own at the
 collector's path in each trial pod; locally each trial gets STATE/trials/NAME/metrics there (the
 container path in the trial's command is rewritten to it), unless the path lies on one of the
 trialSpec's volumes, which map to local folders as usual.
@@ -40,6 +42,7 @@ from chexflow.katib.metrics import (
     metric_values,
     objective_value,
     optimal_trial,
+    parse_json_line,
     read_metrics_file,
     read_tfevents,
 )
@@ -153,6 +156,7 @@ class _Running:
     checker: RuleChecker
     stop_requested: bool = False
     thread: threading.Thread | None = None
+    tail: threading.Thread | None = None
     lines: list[str] = field(default_factory=list)
 
 
@@ -282,9 +286,13 @@ class LocalRunner:
         rule = StopRule(**rec.rule) if rec.rule else None
         run = _Running(rec, proc, RuleChecker(rule, self.exp.objective.maximize))
         run.thread = threading.Thread(target=self._watch, args=(run, log), daemon=True)
+        if rule is not None and self.exp.collector.kind == "File":
+            run.tail = threading.Thread(target=self._tail, args=(run,), daemon=True)
         self.running[rec.name] = run
         self._save()
         run.thread.start()
+        if run.tail is not None:
+            run.tail.start()
 
     def _watch(self, run: _Running, log) -> None:
         """Reader thread: log lines, collect metrics, apply the stop rule; report the exit."""
@@ -293,18 +301,43 @@ class LocalRunner:
                 log.write(line)
                 log.flush()
                 run.lines = (run.lines + [line.rstrip()])[-5:]
-                found = self.parser.parse(line) if self.exp.collector.kind == "StdOut" else []
-                if not found:
-                    continue
-                with self.lock:
-                    for name, value in found:
-                        run.rec.logs.setdefault(name, []).append(value)
-                        if not run.stop_requested and run.checker.report(name, value):
-                            run.stop_requested = True
-                            self._terminate(run)
-                self.events.put(("metrics", run.rec.name))
+                if self.exp.collector.kind == "StdOut":
+                    self._feed(run, self.parser.parse(line))
             code = run.proc.wait()
+        if run.tail is not None:
+            run.tail.join()
         self.events.put(("exit", run.rec.name, code))
+
+    def _feed(self, run: _Running, found: list[tuple[str, float]]) -> None:
+        """New metric reports of a running trial: record them, apply the stop rule."""
+        if not found:
+            return
+        with self.lock:
+            for name, value in found:
+                run.rec.logs.setdefault(name, []).append(value)
+                if not run.stop_requested and run.checker.report(name, value):
+                    run.stop_requested = True
+                    self._terminate(run)
+        self.events.put(("metrics", run.rec.name))
+
+    def _tail(self, run: _Running) -> None:
+        """File collector with a stop rule: follow the metrics file while the trial runs, as
+        Katib's collector does (the whole file is read again when the trial ends)."""
+        path, c = self.collected_path(run.rec), self.exp.collector
+        names, pos, partial = self.exp.objective.metric_names, 0, ""
+        while True:
+            alive = run.proc.poll() is None
+            with contextlib.suppress(FileNotFoundError), open(path, errors="replace") as f:
+                f.seek(pos)
+                lines = (partial + f.read()).split("\n")
+                pos, partial = f.tell(), lines.pop()
+                for line in lines:
+                    with contextlib.suppress(ValueError):
+                        self._feed(run, self.parser.parse(line) if c.file_format == "TEXT"
+                                   else parse_json_line(line, names))
+            if not alive:
+                return
+            time.sleep(0.2)
 
     def _terminate(self, run: _Running) -> None:
         with contextlib.suppress(ProcessLookupError):
