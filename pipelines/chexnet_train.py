@@ -9,7 +9,7 @@ from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
-    RUN_ID,
+    job_target,
     on_cluster,
 )
 
@@ -44,26 +44,21 @@ def build(default_trainer_image: str | None = None):
         bootstrap: int = 1000,
         timeout_seconds: int = 86400,
     ):
-        prep = on_cluster(preprocess_op(
-            raw_dir=raw_dir, work_root=work_root, run_id=RUN_ID, image_size=image_size,
-            backend=backend, namespace=namespace, data_pvc=data_pvc,
-            trainer_image=trainer_image, timeout_seconds=timeout_seconds,
-        ), data_pvc)
+        target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
+                            timeout_seconds).output
+        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                          data_pvc)
         train = on_cluster(train_op(
-            data_dir=prep.outputs["Output"], work_root=work_root, run_id=RUN_ID,
-            workers=workers, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
-            image_size=image_size, weights=weights, steps_per_epoch=steps_per_epoch,
-            validation_steps=validation_steps, synthetic_data=False, seed=seed,
-            gpus_per_worker=gpus_per_worker, cpu_per_worker=cpu_per_worker,
-            memory_per_worker=memory_per_worker, backend=backend, namespace=namespace,
-            data_pvc=data_pvc, trainer_image=trainer_image, timeout_seconds=timeout_seconds,
+            data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
+            batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
+            steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+            synthetic_data=False, seed=seed, gpus_per_worker=gpus_per_worker,
+            cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker, target=target,
             hparams_json="",
         ), data_pvc)
         evaluate = on_cluster(evaluate_op(
             data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
-            work_root=work_root, run_id=RUN_ID, bootstrap=bootstrap, backend=backend,
-            namespace=namespace, data_pvc=data_pvc, trainer_image=trainer_image,
-            timeout_seconds=timeout_seconds,
+            bootstrap=bootstrap, target=target,
         ), data_pvc)
         on_cluster(report_op(
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],

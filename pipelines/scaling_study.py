@@ -10,7 +10,7 @@ from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
-    RUN_ID,
+    job_target,
     on_cluster,
 )
 
@@ -39,26 +39,23 @@ def build(default_trainer_image: str | None = None):
         synthetic_data: bool = True,
         timeout_seconds: int = 7200,
     ):
-        prep = on_cluster(preprocess_op(
-            raw_dir=raw_dir, work_root=work_root, run_id=RUN_ID, image_size=image_size,
-            backend=backend, namespace=namespace, data_pvc=data_pvc,
-            trainer_image=trainer_image, timeout_seconds=timeout_seconds,
-        ), data_pvc)
+        target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
+                            timeout_seconds).output
+        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                          data_pvc)
         with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
             # raw_dir, not prep's output: see chexflow.components.steps.training_data
             train = on_cluster(train_op(
-                data_dir=raw_dir, work_root=work_root, run_id=RUN_ID,
-                workers=workers, model=model, epochs=epochs, batch_size=batch_size, lr=1e-3,
-                image_size=image_size, weights="none", steps_per_epoch=steps_per_epoch,
-                validation_steps=1, synthetic_data=synthetic_data, seed=0,
-                gpus_per_worker=gpus_per_worker, cpu_per_worker=cpu_per_worker,
-                memory_per_worker=memory_per_worker, backend=backend, namespace=namespace,
-                data_pvc=data_pvc, trainer_image=trainer_image,
-                timeout_seconds=timeout_seconds, hparams_json="",
+                data_dir=raw_dir, workers=workers, model=model, epochs=epochs,
+                batch_size=batch_size, lr=1e-3, image_size=image_size, weights="none",
+                steps_per_epoch=steps_per_epoch, validation_steps=1,
+                synthetic_data=synthetic_data, seed=0, gpus_per_worker=gpus_per_worker,
+                cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker,
+                target=target, hparams_json="",
             ), data_pvc).after(prep)
         on_cluster(scaling_report_op(
-            summaries=dsl.Collected(train.outputs["summary"]), work_root=work_root,
-            run_id=RUN_ID, title=f"Horovod scaling: {NAME}",
+            summaries=dsl.Collected(train.outputs["summary"]), target=target,
+            title=f"Horovod scaling: {NAME}",
         ), data_pvc)
 
     return scaling_study

@@ -1,5 +1,6 @@
 """`tune-then-train`: a Katib sweep (`chexflow tune`: launch the Experiment, wait, read the
-optimal trial) -> final training with the best hyperparameters -> evaluate -> report."""
+optimal trial; its trials train on this run's preprocessed data) -> final training with the best
+hyperparameters -> evaluate -> report."""
 
 
 from kfp import dsl
@@ -10,7 +11,7 @@ from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
-    RUN_ID,
+    job_target,
     on_cluster,
 )
 
@@ -23,7 +24,7 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
     def tune_then_train(
         raw_dir: str,
         katib_spec: str,
-        tune_args: str = "[]",
+        tune_args: list = [],  # noqa: B006 - a KFP pipeline parameter default
         work_root: str = DEFAULT_WORK_ROOT,
         backend: str = "kubernetes",
         namespace: str = DEFAULT_NAMESPACE,
@@ -44,32 +45,25 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
         bootstrap: int = 1000,
         timeout_seconds: int = 86400,
     ):
-        prep = on_cluster(preprocess_op(
-            raw_dir=raw_dir, work_root=work_root, run_id=RUN_ID, image_size=image_size,
-            backend=backend, namespace=namespace, data_pvc=data_pvc,
-            trainer_image=trainer_image, timeout_seconds=timeout_seconds,
-        ), data_pvc)
+        target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
+                            timeout_seconds, launcher_image).output
+        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                          data_pvc)
         tune = on_cluster(tune_op(
-            spec_path=katib_spec, work_root=work_root, run_id=RUN_ID, backend=backend,
-            namespace=namespace, data_pvc=data_pvc, launcher_image=launcher_image,
-            timeout_seconds=timeout_seconds, tune_args=tune_args,
+            spec_path=katib_spec, data_dir=prep.outputs["Output"], model=model,
+            image_size=image_size, weights=weights, target=target, tune_args=tune_args,
         ), data_pvc)
-        tune.after(prep)
         train = on_cluster(train_op(
-            data_dir=prep.outputs["Output"], work_root=work_root, run_id=RUN_ID,
-            workers=workers, model=model, epochs=epochs, batch_size=batch_size, lr=lr,
-            image_size=image_size, weights=weights, steps_per_epoch=steps_per_epoch,
-            validation_steps=0, synthetic_data=False, seed=0,
+            data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
+            batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
+            steps_per_epoch=steps_per_epoch, validation_steps=0, synthetic_data=False, seed=0,
             gpus_per_worker=gpus_per_worker, cpu_per_worker=cpu_per_worker,
-            memory_per_worker=memory_per_worker, backend=backend, namespace=namespace,
-            data_pvc=data_pvc, trainer_image=trainer_image, timeout_seconds=timeout_seconds,
+            memory_per_worker=memory_per_worker, target=target,
             hparams_json=tune.outputs["Output"],
         ), data_pvc)
         evaluate = on_cluster(evaluate_op(
             data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
-            work_root=work_root, run_id=RUN_ID, bootstrap=bootstrap, backend=backend,
-            namespace=namespace, data_pvc=data_pvc, trainer_image=trainer_image,
-            timeout_seconds=timeout_seconds,
+            bootstrap=bootstrap, target=target,
         ), data_pvc)
         on_cluster(report_op(
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],

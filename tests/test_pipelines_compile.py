@@ -17,8 +17,9 @@ from chexflow.pipelines.registry import (
 )
 from tests.conftest import run_chexflow
 
-MPIJOB_INPUTS = {"workers", "gpus_per_worker", "cpu_per_worker", "memory_per_worker",
-                 "trainer_image", "namespace", "data_pvc", "backend", "timeout_seconds"}
+MPIJOB_INPUTS = {"workers", "gpus_per_worker", "cpu_per_worker", "memory_per_worker", "target"}
+TARGET_INPUTS = {"work_root", "run_id", "backend", "namespace", "data_pvc", "trainer_image",
+                 "launcher_image", "timeout_seconds"}
 
 PIPELINES = pipeline_names()
 COMPILED_DIR = pipelines_dir()
@@ -51,11 +52,15 @@ def test_every_task_mounts_the_data_pvc_and_runs_in_the_launcher_image(compiled,
         assert "pip install" not in " ".join(container["command"])  # kfp is in the image
 
 
-def train_task(spec: dict) -> dict:
+def all_tasks(spec: dict) -> dict:
     tasks = dict(spec["root"]["dag"]["tasks"])
     for comp in spec["components"].values():
         tasks.update(comp.get("dag", {}).get("tasks", {}))
-    return tasks["train-op"]
+    return tasks
+
+
+def train_task(spec: dict) -> dict:
+    return all_tasks(spec)["train-op"]
 
 
 @pytest.mark.parametrize("name", PIPELINES)
@@ -63,6 +68,13 @@ def test_train_task_receives_the_mpijob_parameters(compiled, name):
     spec, _ = compiled[name]
     params = train_task(spec)["inputs"]["parameters"]
     assert set(params) >= MPIJOB_INPUTS
+    target = all_tasks(spec)["target-op"]["inputs"]["parameters"]
+    assert set(target) == TARGET_INPUTS
+    for name_, task in all_tasks(spec).items():  # every job step gets the one target
+        if name_.endswith("-op") and "target" in task["inputs"]["parameters"]:
+            source = task["inputs"]["parameters"]["target"]
+            assert source.get("taskOutputParameter", {}).get("producerTask") == "target-op" or \
+                source.get("componentInputParameter", "").endswith("target-op-Output"), name_
     root = spec["root"]["inputDefinitions"]["parameters"]
     assert root["gpus_per_worker"]["defaultValue"] == 1
     assert root["trainer_image"]["defaultValue"] == "reg.example/chexflow/trainer:t1"
@@ -84,7 +96,9 @@ def test_tune_then_train_feeds_the_optimal_trial_into_training(compiled):
     hp = train_task(spec)["inputs"]["parameters"]["hparams_json"]
     assert hp["taskOutputParameter"]["producerTask"] == "tune-op"
     tune = spec["root"]["dag"]["tasks"]["tune-op"]["inputs"]["parameters"]
-    assert tune["launcher_image"]["componentInputParameter"] == "launcher_image"
+    assert tune["data_dir"]["taskOutputParameter"]["producerTask"] == "preprocess-op"
+    target = spec["root"]["dag"]["tasks"]["target-op"]["inputs"]["parameters"]
+    assert target["launcher_image"]["componentInputParameter"] == "launcher_image"
 
 
 def test_compile_cli_writes_what_is_committed(tmp_path):
@@ -96,7 +110,8 @@ def test_compile_cli_writes_what_is_committed(tmp_path):
         assert list(fresh) == list(committed), f"pipelines/{name}.yaml is stale: chexflow compile"
     assert Path(COMPILED_DIR / "chexnet-train.yaml").exists()
     fresh_components = sorted(p.name for p in (tmp_path / "components").glob("*.yaml"))
-    assert {"preprocess.yaml", "train.yaml", "evaluate.yaml", "tune.yaml"} <= set(fresh_components)
+    assert {"target.yaml", "preprocess.yaml", "train.yaml", "evaluate.yaml",
+            "tune.yaml"} <= set(fresh_components)
     for name in fresh_components:
         fresh = yaml.safe_load((tmp_path / "components" / name).read_text())
         committed = yaml.safe_load((components_dir() / name).read_text())

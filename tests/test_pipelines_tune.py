@@ -13,6 +13,7 @@ import yaml
 
 from chexflow.components.steps import StepError, Target, apply_hparams, tune_step
 from chexflow.train.options import TrainOptions
+from tests.conftest import run_chexflow
 
 SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"
 TRAIN_FLAGS = {"lr", "batch-size"}
@@ -47,12 +48,12 @@ def small_spec(tmp_path: Path) -> Path:
 
 
 def test_tune_step_runs_the_sweep_and_feeds_training(tmp_path):
-    state = tmp_path / "state"
+    state = tmp_path / "work" / "tune"
     out = io.StringIO()
     with redirect_stdout(out):
         optimal = tune_step(
-            str(small_spec(tmp_path)), str(state), "run-1", Target(),
-            ["--trial-command", "echo val_auroc=0.71 images_per_sec=12 val_loss=0.4"],
+            str(small_spec(tmp_path)), Target(workdir=str(tmp_path / "work"), run_id="run-1"),
+            extra_args=["--trial-command", "echo val_auroc=0.71 images_per_sec=12 val_loss=0.4"],
         )
     assert json.loads((state / "optimal.json").read_text()) == optimal
     assert set(optimal["parameters"]) == TRAIN_FLAGS
@@ -79,3 +80,34 @@ def test_tuned_parameter_without_a_train_option_is_refused():
         apply_hparams(TrainOptions(), json.dumps({"data": "/elsewhere"}))
     with pytest.raises(StepError, match="batch_size 'many' is not int"):
         apply_hparams(TrainOptions(), json.dumps({"batch-size": "many"}))
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_tune_then_train_runs_locally_end_to_end_on_the_pipelines_data(tmp_path, nih_tfrecords):
+    """The README's `chexflow run tune-then-train --katib-spec katib/specs/chexnet-random.yaml`
+    with tiny settings: the trials train on the pipeline's data (not an empty volume) with the
+    pipeline's model and image size, and the final training takes the optimal trial's values."""
+    tune_args = ["--set", "spec.maxTrialCount=2", "--set", "spec.maxFailedTrialCount=2",
+                 "--set", "spec.parallelTrialCount=1", "--trial-arg", "epochs=1",
+                 "--trial-arg", "steps-per-epoch=2", "--trial-arg", "validation-steps=1"]
+    run_chexflow("run", "tune-then-train", "--katib-spec", SPEC, "--data", nih_tfrecords,
+                 "--out", tmp_path, "--image-size", 64, "--epochs", 1, "--steps-per-epoch", 2,
+                 "--bootstrap", 20, "--param", "tune_args=" + json.dumps(tune_args), timeout=1500)
+    (run_dir,) = tmp_path.glob("tune-then-train-*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (state,) = Path(summary["work_dir"]).glob("*/tune/state.json")
+    trials = json.loads(state.read_text())["trials"]
+    assert [t["status"] for t in trials] == ["Succeeded", "Succeeded"]
+    for t in trials:
+        argv = t["command"][0].split()
+        assert argv[argv.index("--data") + 1] == str(nih_tfrecords)
+        assert argv[argv.index("--image-size") + 1] == "64"
+        assert argv[argv.index("--weights") + 1] == "none"  # the local run's weights
+    optimal = json.loads((state.parent / "optimal.json").read_text())
+    tuned = summary["tasks"]["tune-op"]["artifacts"]["metrics"]["metadata"]
+    assert tuned["best_val_auroc"] == pytest.approx(optimal["metrics"]["val_auroc"])
+    trained = summary["tasks"]["train-op"]["artifacts"]["metrics"]["metadata"]
+    assert trained["batch_size_per_worker"] == int(optimal["parameters"]["batch-size"])
+    assert 0 <= summary["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"][
+        "auroc_mean"] <= 1

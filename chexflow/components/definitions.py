@@ -19,16 +19,33 @@ COMPONENT = {"base_image": BASE_IMAGE, "install_kfp_package": False}
 
 
 @dsl.component(**COMPONENT)
-def preprocess_op(
-    raw_dir: str,
+def target_op(
     work_root: str,
     run_id: str,
-    image_size: int,
     backend: str,
     namespace: str,
     data_pvc: str,
     trainer_image: str,
+    launcher_image: str,
     timeout_seconds: int,
+) -> dict:
+    """Where the run's jobs write (WORK_ROOT/RUN_ID) and run (backend local|kubernetes; for
+    kubernetes the namespace, data PVC and images; each job's time limit), checked once: the
+    `target` every other step takes."""
+    from chexflow.components.steps import Target
+
+    return Target(
+        workdir=f"{work_root}/{run_id}", run_id=run_id, backend=backend, namespace=namespace,
+        data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
+        timeout_seconds=timeout_seconds,
+    ).to_dict()
+
+
+@dsl.component(**COMPONENT)
+def preprocess_op(
+    raw_dir: str,
+    image_size: int,
+    target: dict,
     dataset: Output[Dataset],
 ) -> str:
     """NIH-format folder -> TFRecords + manifest.json on the shared volume; returns that folder."""
@@ -37,9 +54,7 @@ def preprocess_op(
 
     from chexflow.components.steps import Target, preprocess_step
 
-    target = Target(backend=backend, namespace=namespace, data_pvc=data_pvc,
-                    trainer_image=trainer_image, timeout_seconds=timeout_seconds)
-    data_dir = preprocess_step(raw_dir, f"{work_root}/{run_id}", image_size, run_id, target)
+    data_dir = preprocess_step(raw_dir, image_size, Target.from_dict(target))
     manifest = json.loads((Path(data_dir) / "manifest.json").read_text())
     Path(dataset.path).write_text(json.dumps(manifest, indent=2))
     dataset.metadata["data_dir"] = data_dir
@@ -51,8 +66,6 @@ def preprocess_op(
 @dsl.component(**COMPONENT)
 def train_op(
     data_dir: str,
-    work_root: str,
-    run_id: str,
     workers: int,
     model: str,
     epochs: int,
@@ -67,11 +80,7 @@ def train_op(
     gpus_per_worker: int,
     cpu_per_worker: str,
     memory_per_worker: str,
-    backend: str,
-    namespace: str,
-    data_pvc: str,
-    trainer_image: str,
-    timeout_seconds: int,
+    target: dict,
     hparams_json: str,
     metrics: Output[Metrics],
 ) -> NamedTuple("TrainOutputs", [("model_path", str), ("summary", str)]):  # noqa: UP014
@@ -82,17 +91,14 @@ def train_op(
     from chexflow.components.steps import Target, apply_hparams, train_step
     from chexflow.train.options import TrainOptions
 
-    target = Target(backend=backend, namespace=namespace, data_pvc=data_pvc,
-                    trainer_image=trainer_image, gpus_per_worker=gpus_per_worker,
-                    cpu=cpu_per_worker, memory=memory_per_worker,
-                    timeout_seconds=timeout_seconds)
+    job_target = Target.from_dict(target, gpus_per_worker=gpus_per_worker, cpu=cpu_per_worker,
+                                  memory=memory_per_worker)
     options = apply_hparams(TrainOptions(
         model=model, epochs=epochs, batch_size=batch_size, lr=lr, image_size=image_size,
         weights=weights, steps_per_epoch=steps_per_epoch or None,  # 0: the worker's default
         validation_steps=validation_steps or None, synthetic_data=synthetic_data, seed=seed,
     ), hparams_json)
-    out_dir = f"{work_root}/{run_id}/train-w{workers}"
-    m = train_step(data_dir, out_dir, workers, options, run_id, target)
+    m = train_step(data_dir, workers, options, job_target)
     for key in ("workers", "processes", "batch_size_per_worker", "global_batch_size",
                 "images_per_sec", "images_per_sec_std", "jitter", "step_time_ms", "val_auroc",
                 "val_loss", "wall_seconds", "job_wall_seconds", "lr"):
@@ -102,21 +108,15 @@ def train_op(
     for rank, ips in enumerate(m.get("images_per_sec_per_worker") or []):
         metrics.log_metric(f"images_per_sec_worker_{rank}", float(ips))
     outputs = namedtuple("TrainOutputs", ["model_path", "summary"])
-    return outputs(m.get("best_model") or f"{out_dir}/best_model.keras", json.dumps(m))
+    return outputs(m.get("best_model") or f"{m['out_dir']}/best_model.keras", json.dumps(m))
 
 
 @dsl.component(**COMPONENT)
 def evaluate_op(
     data_dir: str,
     model_path: str,
-    work_root: str,
-    run_id: str,
     bootstrap: int,
-    backend: str,
-    namespace: str,
-    data_pvc: str,
-    trainer_image: str,
-    timeout_seconds: int,
+    target: dict,
     metrics: Output[Metrics],
     roc: Output[ClassificationMetrics],
     report: Output[HTML],
@@ -128,10 +128,8 @@ def evaluate_op(
 
     from chexflow.components.steps import Target, evaluate_step, micro_roc
 
-    target = Target(backend=backend, namespace=namespace, data_pvc=data_pvc,
-                    trainer_image=trainer_image, timeout_seconds=timeout_seconds)
-    out_dir = f"{work_root}/{run_id}/evaluate"
-    auroc = evaluate_step(data_dir, model_path, out_dir, bootstrap, run_id, target)
+    auroc = evaluate_step(data_dir, model_path, bootstrap, Target.from_dict(target))
+    out_dir = auroc["out_dir"]
     for key in ("mean", "ci_low", "ci_high"):
         if isinstance(auroc.get(key), float) and math.isfinite(auroc[key]):
             metrics.log_metric(f"auroc_{key}", auroc[key])
@@ -141,7 +139,6 @@ def evaluate_op(
     curve = micro_roc(f"{out_dir}/predictions.npz")
     roc.log_roc_curve(curve["fpr"], curve["tpr"], curve["thresholds"])
     shutil.copyfile(f"{out_dir}/report.html", report.path)
-    auroc["out_dir"] = out_dir
     return json.dumps(auroc)
 
 
@@ -174,8 +171,7 @@ def report_op(
 @dsl.component(**COMPONENT)
 def scaling_report_op(
     summaries: list[str],
-    work_root: str,
-    run_id: str,
+    target: dict,
     title: str,
     metrics: Output[Metrics],
     chart: Output[dsl.Artifact],
@@ -188,9 +184,10 @@ def scaling_report_op(
     from pathlib import Path
 
     from chexflow.components.reports import scaling_chart, scaling_report, scaling_table
+    from chexflow.components.steps import Target
 
     table = scaling_table([json.loads(s) for s in summaries])
-    out_dir = Path(work_root) / run_id
+    out_dir = Path(Target.from_dict(target).workdir)
     out_dir.mkdir(parents=True, exist_ok=True)
     png = out_dir / "scaling.png"
     scaling_chart(table, png, title)
@@ -211,27 +208,25 @@ def scaling_report_op(
 @dsl.component(**COMPONENT)
 def tune_op(
     spec_path: str,
-    work_root: str,
-    run_id: str,
-    backend: str,
-    namespace: str,
-    data_pvc: str,
-    launcher_image: str,
-    timeout_seconds: int,
-    tune_args: str,
+    data_dir: str,
+    model: str,
+    image_size: int,
+    weights: str,
+    target: dict,
+    tune_args: list,
     metrics: Output[Metrics],
 ) -> str:
     """A Katib sweep (`chexflow tune`): runs the Experiment, waits, returns the optimal trial's
-    parameters as JSON for the final training. `tune_args`: a JSON list of extra `chexflow tune`
-    options (e.g. ["--set", "spec.maxTrialCount=4", "--volume", "data=/mnt/chexflow"])."""
+    parameters as JSON for the final training. Every trial trains on `data_dir` (preprocess's
+    output) with the pipeline's model, image size and weights (`--trial-arg`). `tune_args`: more
+    `chexflow tune` options (e.g. ["--set", "spec.maxTrialCount=4", "--trial-arg", "epochs=1"])."""
     import json
 
     from chexflow.components.steps import Target, tune_step
 
-    target = Target(backend=backend, namespace=namespace, data_pvc=data_pvc,
-                    launcher_image=launcher_image, timeout_seconds=timeout_seconds)
-    extra = json.loads(tune_args) if tune_args else []
-    optimal = tune_step(spec_path, f"{work_root}/{run_id}/tune", run_id, target, extra)
+    job_target = Target.from_dict(target)
+    trial_args = {"data": data_dir, "model": model, "image-size": image_size, "weights": weights}
+    optimal = tune_step(spec_path, job_target, trial_args, [str(a) for a in tune_args])
     for name, value in (optimal.get("metrics") or {}).items():
         if isinstance(value, (int, float)):
             metrics.log_metric(f"best_{name}", float(value))

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.jobs import JobResult, JobSpec, Volume, dns_name, run_job
+from chexflow.jobs import BACKENDS, JobResult, JobSpec, Volume, dns_name, run_job
 from chexflow.train.options import TrainOptions
 
 # Options the pipeline itself owns: a tuned parameter may not move the data or the output.
 NOT_TUNABLE = ("data", "out")
+# Where the shared data PVC is mounted, in the component pods and in the MPIJob/Job pods.
+MOUNT_PATH = "/mnt/chexflow"
 
 
 class StepError(ChexflowError):
@@ -27,19 +29,55 @@ class StepError(ChexflowError):
 
 @dataclass
 class Target:
-    """Where a step's job runs: the backend and, for kubernetes, namespace/PVC/images."""
+    """Where a run's jobs write (`workdir`, one per run: WORK_ROOT/RUN_ID) and run: the backend
+    and, for kubernetes, namespace/PVC/images. A pipeline makes it once (the `target` component)
+    and hands it to every step as a dict."""
 
+    workdir: str = "."
+    run_id: str = ""
     backend: str = "local"
     namespace: str = "default"
     data_pvc: str = ""
-    mount_path: str = "/mnt/chexflow"
     trainer_image: str = ""
     launcher_image: str = ""
+    timeout_seconds: int = 3600
+    mount_path: str = MOUNT_PATH
     service_account: str = ""
     gpus_per_worker: int = 0
     cpu: str = "2"
     memory: str = "8Gi"
-    timeout_seconds: int = 3600
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise StepError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
+        if self.backend == "kubernetes" and not self.data_pvc:
+            raise StepError("backend kubernetes: data_pvc is empty; the steps' jobs exchange "
+                            "data through that PersistentVolumeClaim")
+        if self.timeout_seconds <= 0:
+            raise StepError(f"timeout_seconds {self.timeout_seconds}: must be > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], **overrides: Any) -> Target:
+        """The target a step received (KFP hands numbers over as floats), with `overrides`."""
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(types))
+        if unknown:
+            raise StepError(f"target: unknown fields {unknown}; expected {sorted(types)}")
+        out = {k: int(float(v)) if types[k] == "int" else v for k, v in values.items()}
+        return cls(**{**out, **overrides})
+
+    def path(self, *parts: str) -> str:
+        """A path in the run's shared folder."""
+        return str(Path(self.workdir, *parts))
+
+    def job_name(self, step: str) -> str:
+        """A name unique per run (Kubernetes objects of different runs must not collide)."""
+        run_id = self.run_id
+        suffix = dns_name(run_id.replace("_", "-"))[-8:].strip("-") if run_id else ""
+        return dns_name(f"{step}-{suffix}" if suffix else step)
 
     def volumes(self) -> list[Volume]:
         return [Volume(self.data_pvc, self.mount_path)] if self.data_pvc else []
@@ -57,14 +95,7 @@ class Target:
         )
 
 
-def job_name(step: str, run_id: str) -> str:
-    """A name unique per run (Kubernetes objects of different runs must not collide)."""
-    suffix = dns_name(run_id.replace("_", "-"))[-8:].strip("-") if run_id else ""
-    return dns_name(f"{step}-{suffix}" if suffix else step)
-
-
-def preprocess_step(raw_dir: str, workdir: str, image_size: int, run_id: str,
-                    target: Target) -> str:
+def preprocess_step(raw_dir: str, image_size: int, target: Target) -> str:
     """NIH folder -> TFRecords in WORKDIR/data (a folder with manifest.json is used as it is)."""
     raw = Path(raw_dir)
     if (raw / "manifest.json").exists():
@@ -82,12 +113,12 @@ def preprocess_step(raw_dir: str, workdir: str, image_size: int, run_id: str,
             f"raw_dir {raw}: no Data_Entry_2017.csv (NIH format) and no manifest.json "
             f"(chexflow preprocess output)"
         )
-    out = Path(workdir) / "data"
+    out = Path(target.path("data"))
     if (out / "manifest.json").exists():  # a retried step: the job finished before
         print(f"preprocess: {out}/manifest.json exists; reusing it")
         return str(out)
     spec = JobSpec(
-        name=job_name("preprocess", run_id),
+        name=target.job_name("preprocess"),
         command=["chexflow", "preprocess", "--csv", str(csv), "--images", str(raw / "images"),
                  "--out", str(out), "--image-size", str(image_size), "--workers", "2"],
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
@@ -119,13 +150,15 @@ def training_data(data_dir: str, workdir: str) -> str:
     raise StepError(f"data_dir {data_dir}: no manifest.json there nor in {produced}")
 
 
-def train_step(data_dir: str, out_dir: str, workers: int, options: TrainOptions, run_id: str,
+def train_step(data_dir: str, workers: int, options: TrainOptions,
                target: Target) -> dict[str, Any]:
-    """Train with `workers` Horovod processes; return metrics.json (plus the job's wall time)."""
-    data_dir = training_data(data_dir, str(Path(out_dir).parent))
+    """Train with `workers` Horovod processes into WORKDIR/train-wN; return metrics.json (plus
+    the job's wall time and that folder)."""
+    out_dir = target.path(f"train-w{workers}")
+    data_dir = training_data(data_dir, target.workdir)
     options = dataclasses.replace(options, data=Path(data_dir), out=Path(out_dir))
     spec = JobSpec(
-        name=job_name(f"train-w{workers}", run_id),
+        name=target.job_name(f"train-w{workers}"),
         command=options.worker_command(),
         workers=workers, horovod=True, gpus_per_worker=target.gpus_per_worker,
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
@@ -138,14 +171,16 @@ def train_step(data_dir: str, out_dir: str, workers: int, options: TrainOptions,
     metrics = json.loads(metrics_path.read_text())
     metrics["job_wall_seconds"] = round(result.wall_seconds, 2)
     metrics["processes"] = spec.processes
+    metrics["out_dir"] = out_dir
     return metrics
 
 
-def evaluate_step(data_dir: str, model_path: str, out_dir: str, bootstrap: int, run_id: str,
+def evaluate_step(data_dir: str, model_path: str, bootstrap: int,
                   target: Target) -> dict[str, Any]:
-    """Evaluate on the test split; return auroc.json."""
+    """Evaluate on the test split into WORKDIR/evaluate; return auroc.json (plus that folder)."""
+    out_dir = target.path("evaluate")
     spec = JobSpec(
-        name=job_name("evaluate", run_id),
+        name=target.job_name("evaluate"),
         command=["chexflow", "evaluate", "--data", data_dir, "--model", model_path,
                  "--split", "test", "--out", out_dir, "--bootstrap", str(bootstrap),
                  "--overwrite"],
@@ -154,7 +189,7 @@ def evaluate_step(data_dir: str, model_path: str, out_dir: str, bootstrap: int, 
         timeout_seconds=target.timeout_seconds,
     )
     target.run(spec)
-    return json.loads((Path(out_dir) / "auroc.json").read_text())
+    return {**json.loads((Path(out_dir) / "auroc.json").read_text()), "out_dir": out_dir}
 
 
 def micro_roc(predictions_npz: str, max_points: int = 200) -> dict[str, list[float]]:
@@ -174,15 +209,20 @@ def micro_roc(predictions_npz: str, max_points: int = 200) -> dict[str, list[flo
     return {"fpr": fpr[idx].tolist(), "tpr": tpr[idx].tolist(), "thresholds": thr[idx].tolist()}
 
 
-def tune_step(spec_path: str, state_dir: str, run_id: str, target: Target,
+def tune_step(spec_path: str, target: Target, trial_args: dict[str, Any] | None = None,
               extra_args: list[str] | None = None) -> dict[str, Any]:
-    """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib)
-    and return STATE/optimal.json: {"trial", "parameters": {name: value}, "metrics"}."""
+    """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib;
+    state in WORKDIR/tune) and return its optimal.json: {"trial", "parameters", "metrics"}.
+    `trial_args` ({"data": DIR, "image-size": 64, ...}) set those options in every trial's
+    command (`--trial-arg`): the pipeline's own data and model; `extra_args` are more
+    `chexflow tune` options, after them (a user's `--trial-arg` wins)."""
+    state_dir = target.path("tune")
     mode = "--local" if target.backend == "local" else "--cluster"
+    sets = [a for k, v in (trial_args or {}).items() for a in ("--trial-arg", f"{k}={v}")]
     spec = JobSpec(
-        name=job_name("tune", run_id), environment="control",
+        name=target.job_name("tune"), environment="control",
         command=["chexflow", "tune", spec_path, mode, "--state", state_dir, "--no-progress",
-                 *(extra_args or [])],
+                 *sets, *(extra_args or [])],
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
         timeout_seconds=target.timeout_seconds,
     )

@@ -1,11 +1,13 @@
-"""What the three pipelines share: cluster defaults and per-task Kubernetes settings."""
+"""What the three pipelines share: cluster defaults, the job target and per-task Kubernetes
+settings."""
 
 from __future__ import annotations
 
 from kfp import dsl, kubernetes
 
-# Where the shared data PVC is mounted in component pods and in the MPIJob/Job pods.
-MOUNT_PATH = "/mnt/chexflow"
+from chexflow.components.definitions import target_op
+from chexflow.components.steps import MOUNT_PATH
+
 DEFAULT_WORK_ROOT = f"{MOUNT_PATH}/runs"
 DEFAULT_PVC = "chexflow-data"
 DEFAULT_NAMESPACE = "kubeflow"
@@ -21,3 +23,13 @@ def on_cluster(task: dsl.PipelineTask, data_pvc, cache: bool = False) -> dsl.Pip
     task.set_cpu_request(COMPONENT_CPU).set_memory_request(COMPONENT_MEMORY)
     task.set_caching_options(cache)
     return task
+
+
+def job_target(work_root, backend, namespace, data_pvc, trainer_image, timeout_seconds,
+               launcher_image="") -> dsl.PipelineTask:
+    """The run's job target (checked once), for every later step's `target` input."""
+    return on_cluster(target_op(
+        work_root=work_root, run_id=RUN_ID, backend=backend, namespace=namespace,
+        data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
+        timeout_seconds=timeout_seconds,
+    ), data_pvc)

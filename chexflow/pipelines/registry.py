@@ -8,11 +8,14 @@ It is loaded by path, as `kfp dsl compile --py FILE` does; the compiled IR YAML 
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
@@ -42,6 +45,43 @@ def definition_file(name: str) -> Path:
         known = ", ".join(pipeline_names()) or "none"
         raise ChexflowError(f"pipeline {name!r}: no {path} (pipelines there: {known})")
     return path
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A pipeline parameter as its signature states it."""
+
+    name: str
+    type: str  # the annotation: str, int, float, bool, list or dict
+    required: bool
+    default: Any = None  # None also when the default is not a literal (set by the definition)
+
+
+def pipeline_parameters(name: str) -> list[Parameter]:
+    """The parameters of pipeline `name`, in order, read from the signature of the
+    `@dsl.pipeline` function in its definition file. The file is parsed, not run: the CLI builds
+    its parsers in environments without kfp."""
+    path = definition_file(name)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.FunctionDef) and any(
+            isinstance(d, ast.Call) and getattr(d.func, "attr", getattr(d.func, "id", None))
+            == "pipeline" for d in node.decorator_list
+        ):
+            args = node.args.args
+            defaults = [None] * (len(args) - len(node.args.defaults)) + node.args.defaults
+            return [_parameter(a, d) for a, d in zip(args, defaults, strict=True)]
+    raise ChexflowError(f"{path}: no function decorated with @dsl.pipeline(...)")
+
+
+def _parameter(arg: ast.arg, default: ast.expr | None) -> Parameter:
+    typ = arg.annotation.id if isinstance(arg.annotation, ast.Name) else "str"
+    if default is None:
+        return Parameter(arg.arg, typ, required=True)
+    try:
+        value = ast.literal_eval(default)
+    except ValueError:
+        value = None
+    return Parameter(arg.arg, typ, required=False, default=value)
 
 
 def load(name: str) -> ModuleType:
