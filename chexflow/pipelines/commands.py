@@ -7,12 +7,71 @@ import json
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
-from chexflow.pipelines.registry import pipeline_names, pipelines_dir
+from chexflow.pipelines.registry import (
+    Parameter,
+    pipeline_names,
+    pipeline_parameters,
+    pipelines_dir,
+)
 
-# `chexflow run` options that override pipeline parameters (dest -> type)
-RUN_PARAMS = {"model": str, "workers": int, "epochs": int, "batch_size": int, "lr": float,
-              "image_size": int, "steps_per_epoch": int, "weights": str, "bootstrap": int,
-              "timeout_seconds": int}
+# Pipeline parameters a local run sets itself (raw_dir is --data), or that mean nothing locally.
+NOT_RUN_OPTIONS = ("raw_dir", "work_root", "backend", "data_pvc", "namespace", "trainer_image",
+                   "launcher_image")
+# How `chexflow run` reads a value of each annotation of a pipeline parameter.
+LIST_HELP = "comma-separated values, e.g. 1,2 (use --OPTION=VALUES when they start with -)"
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected true or false")
+    return text.lower() in ("true", "1", "yes")
+
+
+def _list(text: str) -> list:
+    return [_json_or_text(item.strip()) for item in text.split(",") if item.strip()]
+
+
+def _json_or_text(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+PARSERS = {"str": str, "int": int, "float": float, "bool": _bool, "list": _list,
+           "dict": json.loads}
+
+
+def run_parameters() -> dict[str, dict[str, Parameter]]:
+    """Every pipeline's parameters that `chexflow run` offers as options: name -> {pipeline:
+    Parameter}, in the order the signatures state them."""
+    out: dict[str, dict[str, Parameter]] = {}
+    for name in pipeline_names():
+        for p in pipeline_parameters(name):
+            if p.name not in NOT_RUN_OPTIONS:
+                out.setdefault(p.name, {})[name] = p
+    return out
+
+
+def add_pipeline_options(r: argparse.ArgumentParser) -> None:
+    """One option per pipeline parameter (from the pipelines' signatures); the help says which
+    pipelines have it, their default, and the local run's default where it differs."""
+    from chexflow.pipelines.local_run import LOCAL_DEFAULTS
+
+    g = r.add_argument_group(
+        "pipeline parameters", "default: the local run's small settings, where it has one, "
+        "else the pipeline's own (the cluster default)")
+    for param, by_pipeline in run_parameters().items():
+        first = next(iter(by_pipeline.values()))
+        parts = []
+        for pipeline, p in by_pipeline.items():
+            local = LOCAL_DEFAULTS.get(pipeline, {}).get(param)
+            shown = "required" if p.required else f"default {p.default}"
+            shown += f", locally {local}" if local is not None and local != p.default else ""
+            parts.append(f"{pipeline} ({shown})")
+        more = f"; {LIST_HELP}" if first.type == "list" else ""
+        g.add_argument(f"--{param.replace('_', '-')}", dest=param, type=PARSERS[first.type],
+                       help="; ".join(parts) + more)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,14 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("pipeline", nargs="?", default="chexnet-train", choices=names)
     r.add_argument("--data", type=Path, help="NIH-format folder, or chexflow preprocess output")
     r.add_argument("--out", type=Path, default=Path("runs"), help="runs go in OUT/PIPELINE-TIME")
-    for dest, typ in RUN_PARAMS.items():
-        r.add_argument(f"--{dest.replace('_', '-')}", dest=dest, type=typ)
-    r.add_argument("--worker-counts", help="scaling-study: comma-separated, e.g. 1,2")
-    r.add_argument("--katib-spec", type=Path, help="tune-then-train: Katib Experiment YAML")
     r.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
-                   help="any other pipeline parameter (value parsed as JSON, else a string)")
+                   help="any pipeline parameter (value parsed as JSON, else a string)")
     r.add_argument("--verbose", action="store_true",
                    help="also show every step's output (always in OUT/RUN/logs/STEP.log)")
+    add_pipeline_options(r)
     r.set_defaults(func=run_run)
 
     s = sub.add_parser("submit", help="submit a compiled pipeline to Kubeflow Pipelines")
@@ -88,25 +144,23 @@ def run_compile(args: argparse.Namespace) -> int:
 def run_run(args: argparse.Namespace) -> int:
     from chexflow.pipelines.local_run import run_local
 
-    overrides = {k: getattr(args, k) for k in RUN_PARAMS if getattr(args, k) is not None}
-    if args.worker_counts:
-        try:
-            overrides["worker_counts"] = [int(w) for w in args.worker_counts.split(",")]
-        except ValueError:
-            raise ChexflowError(
-                f"--worker-counts {args.worker_counts!r}: expected e.g. 1,2,4"
-            ) from None
-        if any(w < 1 for w in overrides["worker_counts"]):
-            raise ChexflowError(f"--worker-counts {args.worker_counts}: each must be >= 1")
-    if args.pipeline == "tune-then-train":
-        if not args.katib_spec:
-            raise ChexflowError("tune-then-train needs --katib-spec (a Katib Experiment YAML)")
-        overrides["katib_spec"] = str(args.katib_spec.resolve())
-    if args.pipeline == "scaling-study":
-        for key in ("workers", "bootstrap", "weights", "lr"):
-            if key in overrides:
-                raise ChexflowError(f"--{key.replace('_', '-')}: not a scaling-study parameter")
+    params = {p.name: p for p in pipeline_parameters(args.pipeline)}
+    overrides = {k: getattr(args, k) for k in run_parameters() if getattr(args, k) is not None}
+    for key in overrides:
+        if key not in params:
+            raise ChexflowError(f"--{key.replace('_', '-')}: not a parameter of {args.pipeline}")
+    if "katib_spec" in overrides:
+        overrides["katib_spec"] = str(Path(overrides["katib_spec"]).resolve())
+    if any(w < 1 for w in overrides.get("worker_counts", [1])):
+        raise ChexflowError(f"--worker-counts {overrides['worker_counts']}: each must be >= 1")
     overrides.update(parse_params(args.param))
+    from chexflow.pipelines.local_run import LOCAL_DEFAULTS
+
+    missing = [p for p in params.values() if p.required and p.name not in NOT_RUN_OPTIONS
+               and p.name not in overrides and p.name not in LOCAL_DEFAULTS[args.pipeline]]
+    if missing:
+        flags = ", ".join(f"--{p.name.replace('_', '-')}" for p in missing)
+        raise ChexflowError(f"{args.pipeline} needs {flags}")
     run_local(args.pipeline, args.out, args.data, overrides, verbose=args.verbose)
     return 0
 

@@ -36,7 +36,10 @@ LOCAL_DEFAULTS: dict[str, dict[str, Any]] = {
                       "synthetic_data": True, "timeout_seconds": 3600},
     "tune-then-train": {"model": "densenet121", "workers": 1, "gpus_per_worker": 0,
                         "epochs": 1, "batch_size": 16, "image_size": 64, "weights": "none",
-                        "bootstrap": 200, "timeout_seconds": 7200},
+                        "bootstrap": 200, "timeout_seconds": 7200,
+                        "tune_args": ["--set", "spec.maxTrialCount=2", "--set",
+                                      "spec.maxFailedTrialCount=2", "--set",
+                                      "spec.parallelTrialCount=1", "--trial-arg", "epochs=1"]},
 }
 SYNTH_IMAGES, SYNTH_SEED = 400, 0
 

@@ -1,0 +1,53 @@
+"""`chexflow run`'s options come from the pipeline functions' signatures (the pipeline
+definitions are read, not run): a new parameter is an option, defaults are stated as the
+signature and the local run's settings give them, and options a pipeline lacks are refused."""
+
+from __future__ import annotations
+
+import shutil
+
+from chexflow.pipelines.commands import NOT_RUN_OPTIONS, run_parameters
+from chexflow.pipelines.registry import PIPELINES_DIR_ENV, pipeline_parameters, pipelines_dir
+from tests.conftest import run_chexflow
+
+
+def test_every_pipeline_parameter_is_a_run_option_with_its_type():
+    options = run_parameters()
+    for name in ("chexnet-train", "scaling-study", "tune-then-train"):
+        for p in pipeline_parameters(name):
+            assert (p.name in options) == (p.name not in NOT_RUN_OPTIONS), p.name
+    assert {p.type for p in options["worker_counts"].values()} == {"list"}
+    assert options["katib_spec"]["tune-then-train"].required
+    assert options["weights"]["chexnet-train"].default == "imagenet"
+
+
+def test_help_states_the_pipeline_and_local_defaults():
+    text = " ".join(run_chexflow("run", "--help").stdout.split())
+    assert "--weights WEIGHTS chexnet-train (default imagenet, locally none)" in text
+    assert "--katib-spec KATIB_SPEC tune-then-train (required)" in text
+
+
+def test_a_parameter_added_to_a_signature_is_an_option(tmp_path):
+    defs = tmp_path / "pipelines"
+    shutil.copytree(pipelines_dir(), defs, ignore=shutil.ignore_patterns("*.yaml"))
+    src = (defs / "chexnet_train.py").read_text()
+    added = "        seed: int = 0,\n        label_smoothing: float = 0.1,\n"
+    (defs / "chexnet_train.py").write_text(src.replace("        seed: int = 0,\n", added))
+    env = {PIPELINES_DIR_ENV: str(defs)}
+    text = " ".join(run_chexflow("run", "--help", env=env).stdout.split())
+    assert "--label-smoothing LABEL_SMOOTHING chexnet-train (default 0.1)" in text
+    proc = run_chexflow("run", "chexnet-train", "--label-smoothing", "x", env=env, check=False)
+    assert proc.returncode == 2 and "invalid float value: 'x'" in proc.stderr
+
+
+def test_options_the_pipeline_lacks_or_needs_are_one_clear_line(tmp_path):
+    proc = run_chexflow("run", "scaling-study", "--out", tmp_path, "--workers", 2, check=False)
+    assert proc.returncode == 2
+    assert "chexflow run: error: --workers: not a parameter of scaling-study" in proc.stderr
+    proc = run_chexflow("run", "tune-then-train", "--out", tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "chexflow run: error: tune-then-train needs --katib-spec" in proc.stderr
+    proc = run_chexflow("run", "scaling-study", "--out", tmp_path, "--worker-counts", "2,0",
+                        check=False)
+    assert proc.returncode == 2 and "each must be >= 1" in proc.stderr
+    assert not list(tmp_path.glob("*-*/")), "nothing is started for bad options"
