@@ -21,7 +21,7 @@ TOP_LEVEL = ("pipelines", "components", "katib", "mpijob", "bench", "images", "n
 # Layer 0 is every module directly in chexflow/ (errors, envs, kube, ...) but the CLI.
 LAYERS = (
     ("jobs", "data", "localcluster"),
-    ("train", "evaluate"),
+    ("train", "evaluate", "imagebuild"),
     ("katib", "slurm", "components"),
     ("pipelines", "bench"),
     ("cli",),
