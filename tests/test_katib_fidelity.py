@@ -394,3 +394,22 @@ def test_medianstop_follows_a_file_collectors_metrics_file(tmp_path: Path):
     assert good["status"] == "Succeeded" and len(good["logs"]["loss"]) == 8
     assert bad["status"] == "EarlyStopped" and 2 <= len(bad["logs"]["loss"]) < 8
     assert (tmp_path / "s" / "trials" / good["name"] / "metrics" / "metrics.log").is_file()
+
+
+def test_cluster_mode_checks_only_katibs_rules(tmp_path: Path):
+    # hyperband, a Custom collector and a ConfigMap template are Katib's to run: with --cluster
+    # they pass validation and chexflow goes on to the cluster (here: no kubeconfig).
+    d = example("random")
+    d["spec"]["algorithm"] = {"algorithmName": "hyperband", "algorithmSettings": [
+        {"name": "r_l", "value": "3"}, {"name": "resource_name", "value": "lr"}]}
+    d["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "Custom", "customCollector": {
+        "name": "c", "image": "x"}}}
+    tt = d["spec"]["trialTemplate"]
+    del tt["trialSpec"]
+    tt.update(configMap={"configMapName": "t", "configMapNamespace": "kubeflow",
+                         "templatePath": "job.yaml"},
+              successCondition='status.conditions.#(type=="Complete")#|#(status=="True")#',
+              failureCondition='status.conditions.#(type=="Failed")#|#(status=="True")#')
+    proc = run_chexflow("tune", write(tmp_path, d), "--cluster", "--state", tmp_path / "s",
+                        env={"KUBECONFIG": str(tmp_path / "none")}, check=False)
+    assert "no Kubernetes configuration" in one_error_line(proc)
