@@ -324,6 +324,36 @@ def test_wrong_shapes_are_one_line_naming_the_field(mutate, expected, tmp_path: 
     assert expected in line
 
 
+def _paths(node, prefix=()):
+    yield prefix
+    items = node.items() if isinstance(node, dict) else enumerate(node) \
+        if isinstance(node, list) else ()
+    for k, v in items:
+        yield from _paths(v, (*prefix, k))
+
+
+@pytest.mark.parametrize("name", ["random", "median-stop", "mpijob-horovod"])
+def test_any_field_of_the_wrong_shape_is_a_spec_error_never_a_traceback(name):
+    doc = example(name)
+    crashes, refused = [], 0
+    for path in [p for p in _paths(doc) if p]:
+        for wrong in ("x", ["a"], {"a": 1}, 3, None, True):
+            d = copy.deepcopy(doc)
+            node = d
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = wrong
+            try:
+                parse_experiment(d, "x.yaml")
+            except SpecError as e:
+                refused += 1
+                assert "\n" not in str(e)
+            except Exception as e:  # noqa: BLE001 (the test looks for any traceback)
+                crashes.append(f"{path} = {wrong!r}: {type(e).__name__}: {e}")
+    assert not crashes, crashes[:5]
+    assert refused > 100
+
+
 # ---- File and TensorFlowEvent collectors end to end ----------------------------------------
 
 STDOUT = (f"{PY} -c 'import sys; lr, m = map(float, sys.argv[1:]); "

@@ -87,6 +87,15 @@ class _Errors:
         self.add(path, f"expected a mapping, got {_shape(value)}")
         return {}
 
+    def text(self, path: str, value: Any) -> str:
+        """A string field: numbers are read as their text; a mapping or list is an error."""
+        if value is None:
+            return ""
+        if isinstance(value, (dict, list)):
+            self.add(path, f"expected a string, got {_shape(value)}")
+            return ""
+        return str(value)
+
     def sequence(self, path: str, value: Any, items: type | None = None) -> list:
         """The value when it is a list (of `items`); [] and an error if not."""
         if value is None:
@@ -193,7 +202,7 @@ def _settings(errors: _Errors, path: str, items: Any) -> dict[str, str]:
         value = s.get("value", "")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             s["value"] = value = str(value)
-        out[str(s["name"])] = str(value)
+        out[errors.text(f"{path}[{i}].name", s["name"])] = errors.text(f"{path}[{i}].value", value)
     return out
 
 
@@ -203,7 +212,7 @@ def parse_experiment(raw: dict, source: str = "") -> Experiment:
     if raw.get("apiVersion") != API_VERSION:
         errors.add("apiVersion", f"{raw.get('apiVersion')!r}: expected {API_VERSION}")
     meta = errors.mapping("metadata", raw.get("metadata"), required=True)
-    name = str(meta.get("name") or "")
+    name = errors.text("metadata.name", meta.get("name"))
     if not name:
         errors.add("metadata.name", "required")
     elif not NAME_RE.match(name) or len(name) > NAME_MAX:
@@ -229,14 +238,15 @@ def parse_experiment(raw: dict, source: str = "") -> Experiment:
     if objective is None:  # Katib stops at a bad objective
         errors.raise_if_any()
     algo = errors.mapping("spec.algorithm", spec.get("algorithm"), required=True)
-    algorithm = str(algo.get("algorithmName") or "")
+    algorithm = errors.text("spec.algorithm.algorithmName", algo.get("algorithmName"))
     if not algorithm:
         errors.add("spec.algorithm.algorithmName", "must be specified")
     algorithm_settings = _settings(
         errors, "spec.algorithm.algorithmSettings", algo.get("algorithmSettings")
     )
     es = errors.mapping("spec.earlyStopping", spec.get("earlyStopping"))
-    early_stopping = str(es.get("algorithmName") or "") or None
+    early_stopping = errors.text("spec.earlyStopping.algorithmName",
+                                 es.get("algorithmName")) or None
     if es and not early_stopping:
         errors.add("spec.earlyStopping.algorithmName", "must be specified")
     es_settings = _settings(
@@ -288,7 +298,7 @@ def _objective(errors: _Errors, value: Any) -> Objective | None:
     otype = obj.get("type")
     if otype not in ("maximize", "minimize"):
         errors.add("spec.objective.type", f"{otype!r}: must be minimize or maximize")
-    metric = str(obj.get("objectiveMetricName") or "")
+    metric = errors.text("spec.objective.objectiveMetricName", obj.get("objectiveMetricName"))
     if not metric:
         errors.add("spec.objective.objectiveMetricName", "must be specified")
     path = "spec.objective.additionalMetricNames"
@@ -302,7 +312,8 @@ def _objective(errors: _Errors, value: Any) -> Objective | None:
     strategies = {m: default for m in [metric, *additional]}
     path = "spec.objective.metricStrategies"
     for i, s in enumerate(errors.sequence(path, obj.get("metricStrategies"), dict)):
-        sname, value = s.get("name"), s.get("value")
+        sname = errors.text(f"{path}[{i}].name", s.get("name"))
+        value = errors.text(f"{path}[{i}].value", s.get("value"))
         if sname not in strategies:
             errors.add(f"{path}[{i}].name", f"{sname!r} is not the objective or an additional "
                        "metric")
@@ -324,7 +335,7 @@ def _parameters(errors: _Errors, spec: dict) -> list[Parameter]:
     out: list[Parameter] = []
     for i, p in enumerate(items):
         path = f"spec.parameters[{i}]"
-        name = str(p.get("name") or "")
+        name = errors.text(f"{path}.name", p.get("name"))
         if not name:
             errors.add(f"{path}.name", "required")
         ptype = p.get("parameterType")
@@ -473,7 +484,8 @@ def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter]) -> N
     used = template_references(spec) if spec is not None else None
     for i, tp in enumerate(trial_params):
         tpath = f"{path}.trialParameters[{i}]"
-        tname, ref = str(tp.get("name") or ""), str(tp.get("reference") or "")
+        tname = errors.text(f"{tpath}.name", tp.get("name"))
+        ref = errors.text(f"{tpath}.reference", tp.get("reference"))
         if not tname or not ref or "{" in tname or "}" in tname:
             errors.add(tpath, "name and reference must be specified and name must not contain "
                        "'{' or '}'")
@@ -516,7 +528,8 @@ def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter]) -> N
 def _metrics_collector(errors: _Errors, spec: dict) -> Collector:
     path = "spec.metricsCollectorSpec"
     mc = errors.mapping(path, spec.get("metricsCollectorSpec"))
-    kind = str(errors.mapping(f"{path}.collector", mc.get("collector")).get("kind") or "StdOut")
+    spec_collector = errors.mapping(f"{path}.collector", mc.get("collector"))
+    kind = str(spec_collector.get("kind") or "StdOut")
     src_path = f"{path}.source"
     source = errors.mapping(src_path, mc.get("source"))
     fsp = errors.mapping(f"{src_path}.fileSystemPath", source.get("fileSystemPath"))
@@ -555,7 +568,7 @@ def _metrics_collector(errors: _Errors, spec: dict) -> Collector:
             errors.add(f"{src_path}.httpGet.path", f"{hpath!r}: path is invalid for metrics "
                        "collector kind: PrometheusMetric")
     elif kind == "Custom":
-        if not (mc.get("collector") or {}).get("customCollector"):
+        if not spec_collector.get("customCollector"):
             errors.add(f"{path}.collector.customCollector",
                        "metrics collector kind: Custom is required")
         if fsp and (not str(fsp.get("path") or "").startswith("/")
