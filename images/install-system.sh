@@ -9,6 +9,7 @@ packages=(
   openssl                          # certificates for the local Kubernetes control plane
   slurm-wlm munge                  # single-node Slurm for the bare-metal path's tests
   chromium fonts-dejavu-core       # headless browser: the tests open the HTML reports
+  strace                           # the tests inject faults (ENOSPC, SIGKILL) into one file's I/O
   # the local cluster's real node (chexflow cluster up): container runtime, CNI, image builds
   containerd runc containernetworking-plugins iproute2
   podman buildah debootstrap       # images/*/Dockerfile on a debootstrapped bookworm base
