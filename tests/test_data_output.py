@@ -66,6 +66,16 @@ def leftovers(root: Path) -> list[str]:
     return [p.name for p in root.rglob("*") if p.name.endswith(".tmp") or "staging" in p.name]
 
 
+def run_with_fault(path: Path, syscalls: str, fault: str, *chexflow_args):
+    """`chexflow ARGS` under strace, which makes `syscalls` on `path` fail with `fault`
+    (error=ENOSPC, signal=KILL, ...): a real fault at one exact point of a run."""
+    return subprocess.run(
+        ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(path), "-e", f"trace={syscalls}",
+         "-e", f"inject={syscalls}:{fault}", *CHEXFLOW, *map(str, chexflow_args)],
+        capture_output=True, text=True,
+    )
+
+
 @contextmanager
 def tmpfs(path: Path, options: str) -> Iterator[Path]:
     path.mkdir()
@@ -163,14 +173,8 @@ def test_run_killed_during_the_swap_is_finished_by_the_next_run(synth40, previou
     the old manifest and shards are gone, the new CSVs are in, the new manifest is staged."""
     new_manifest = previous / "manifest.json"
     staging = staging_dir(previous)
-    cmd = [*CHEXFLOW, *map(str, args(synth40, previous, "--overwrite", "--plan-only",
-                                     "--seed", 9))]
-    rename = "rename,renameat,renameat2"
-    proc = subprocess.run(
-        ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(staging / "manifest.json"), "-e",
-         f"trace={rename}", "-e", f"inject={rename}:signal=KILL", *cmd],
-        capture_output=True, text=True,
-    )
+    proc = run_with_fault(staging / "manifest.json", "rename,renameat,renameat2", "signal=KILL",
+                          *args(synth40, previous, "--overwrite", "--plan-only", "--seed", 9))
     assert proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), proc
     assert not new_manifest.exists() and (staging / "manifest.json").exists()
     staged = (staging / "manifest.json").read_bytes()
@@ -237,12 +241,17 @@ def test_disk_full_while_writing_an_output_file(synth40, previous, name):
     previous output intact, no 0-byte or partial file anywhere."""
     before = snapshot(previous)
     target = staging_dir(previous) / name
-    cmd = [*CHEXFLOW, *map(str, args(synth40, previous, "--overwrite", "--plan-only"))]
-    proc = subprocess.run(
-        ["strace", "-f", "-qq", "-o", "/dev/null", "-P", str(target), "-e", "trace=write",
-         "-e", "inject=write:error=ENOSPC", *cmd],
-        capture_output=True, text=True,
-    )
+    proc = run_with_fault(target, "write", "error=ENOSPC",
+                          *args(synth40, previous, "--overwrite", "--plan-only"))
     one_line_error(proc, f"{target}: No space left on device (ENOSPC)")
     assert snapshot(previous) == before
     assert not staging_dir(previous).exists()
+
+
+def test_permission_denied_on_the_csv_is_one_line(synth40, tmp_path):
+    """EACCES injected into opening the CSV (as root, chmod would not deny anything)."""
+    csv_path = synth40 / "Data_Entry_2017.csv"
+    proc = run_with_fault(csv_path, "openat", "error=EACCES",
+                          *args(synth40, tmp_path / "out", "--plan-only"))
+    one_line_error(proc, f"{csv_path}: Permission denied (EACCES)")
+    assert not (tmp_path / "out").exists()
