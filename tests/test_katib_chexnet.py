@@ -1,6 +1,7 @@
 """End to end: chexflow's own Katib spec run locally; each trial is the MPIJob launcher's
 `mpirun -np 2 python -m chexflow.train.worker ...` run as horovodrun with 2 local workers in the
-trainer environment, on generated data (tiny: 2 trials, 1 epoch, 3 steps, 2 timed, 64 px)."""
+trainer environment, on generated data (tiny: 2 trials, 1 epoch, 3 steps, 2 timed, 64 px); the
+trials' TensorBoard events read with Katib's TensorFlowEvent tag semantics."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from chexflow.katib.metrics import read_tfevents
 from tests.conftest import REPO, read_json, run_chexflow
 
 SPEC = REPO / "katib" / "specs" / "chexnet-tpe.yaml"
@@ -38,6 +40,11 @@ def test_chexnet_spec_runs_locally_with_chexflow_train_trials(nih_tfrecords: Pat
         # the default local folder of the volume `data`
         run_dir = state / "volumes" / "data" / "runs" / "katib" / t["trial"]
         assert (run_dir / "metrics.json").exists()
+        # the TensorBoard events the trainer writes, read as Katib's TensorFlowEvent collector
+        # reads them: `validation/epoch_auroc` is the val_auroc the trial printed
+        events = read_tfevents(run_dir / "logs", ["validation/epoch_auroc", "epoch_loss"])
+        assert events["validation/epoch_auroc"] == [pytest.approx(t["val_auroc"], abs=1e-6)]
+        assert len(events["epoch_loss"]) == 2  # train and validation, as Katib matches them
         log = (state / "trials" / t["trial"] / "stdout.log").read_text()
         assert "horovodrun -np 2 -H localhost:2 --gloo" in log
         assert "<stdout>:epoch=1 val_auroc=" in log
