@@ -4,9 +4,15 @@ one evaluation per --out folder, and no evaluation of a split without images."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import run_chexflow
+from chexflow.runlock import acquire
+from tests.conftest import read_json, run_chexflow
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -20,3 +26,122 @@ def test_evaluate_numeric_option_out_of_range_is_refused(tmp_path, argv, message
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [f"chexflow evaluate: error: {message}"]
     assert not (tmp_path / "ev").exists()
+
+
+# ---------------------------------------------------------------- a tiny real model (trainer env)
+
+
+def _preprocess(raw: Path, out: Path, size: int, fmt: str = "nih") -> Path:
+    csv = raw / ("Data_Entry_2017.csv" if fmt == "nih" else "CheXpert-v1.0-small/train.csv")
+    images = raw / "images" if fmt == "nih" else raw
+    run_chexflow("preprocess", "--format", fmt, "--csv", csv, "--images", images, "--out", out,
+                 "--image-size", size, "--workers", 1, "--images-per-shard", 16)
+    return out
+
+
+@pytest.fixture(scope="module")
+def nih32(tmp_path_factory) -> Path:
+    """40 NIH-format images preprocessed at 32 px."""
+    root = tmp_path_factory.mktemp("nih32")
+    run_chexflow("data", "synth", "--out", root / "raw", "--images", 40, "--size", 32)
+    return _preprocess(root / "raw", root / "data", 32)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(nih32: Path, tmp_path_factory) -> Path:
+    """ResNet-50 trained for 2 steps on nih32 (a real run folder: run.json, best_model.keras)."""
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    run_chexflow("train", "--data", nih32, "--out", out, "--model", "resnet50", "--epochs", 1,
+                 "--steps-per-epoch", 2, "--batch-size", 4, "--image-size", 32,
+                 "--warmup-steps", 0, "--threads", 1)
+    return out
+
+
+def _evaluate(data: Path, model: Path, out: Path):
+    return run_chexflow("evaluate", "--data", data, "--model", model, "--out", out,
+                        "--bootstrap", 20, check=False)
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_nih_model_refused_on_chexpert_data(tiny_run, tmp_path):
+    run_chexflow("data", "synth", "--format", "chexpert", "--out", tmp_path / "cx",
+                 "--images", 40, "--size", 32)
+    chexpert = _preprocess(tmp_path / "cx", tmp_path / "cx32", 32, "chexpert")
+    # both have 14 classes at 32 px: only the names tell them apart
+    assert len(read_json(chexpert / "manifest.json")["classes"]) == 14
+    proc = _evaluate(chexpert, tiny_run / "best_model.keras", tmp_path / "ev")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == (
+        f"chexflow evaluate: error: --model {tiny_run / 'best_model.keras'} was trained on "
+        f"other classes than the data's (run record {tiny_run / 'run.json'}: class 1 is "
+        f"'Atelectasis' there and 'No Finding' in {chexpert}/manifest.json); evaluate it on "
+        f"data preprocessed from the same dataset format")
+    assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_model_refused_on_data_of_another_image_size_from_its_run_record(
+        tiny_run, nih32, tmp_path):
+    other = _preprocess(nih32.parent / "raw", tmp_path / "d48", 48)
+    proc = _evaluate(other, tiny_run, tmp_path / "ev")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"chexflow evaluate: error: --model {tiny_run} takes 32 px images (run record "
+        f"{tiny_run / 'run.json'}); {other}/manifest.json has 48 px images: preprocess with "
+        f"--image-size 32"]
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_second_evaluation_into_a_locked_out_is_refused(tiny_run, nih32, tmp_path):
+    out = tmp_path / "ev"
+    out.mkdir()
+    fd = acquire(out, "evaluate (held by this test)")
+    try:
+        proc = _evaluate(nih32, tiny_run, out)
+    finally:
+        os.close(fd)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"chexflow evaluate: error: {out}: in use by PID {os.getpid()} (chexflow evaluate (held "
+        f"by this test)); wait for it to finish or choose another folder"]
+    assert not (out / "auroc.json").exists()
+    _evaluate(nih32, tiny_run, out).check_returncode()  # released: it runs
+    assert read_json(out / "auroc.json")["images"] == read_json(
+        nih32 / "manifest.json")["splits"]["test"]["images"]
+
+
+def _without_images(data: Path, split: str, tmp_path: Path) -> Path:
+    """A copy of `data` whose manifest lists one empty shard for `split` (as a manifest from
+    elsewhere may): its other splits are intact."""
+    copy = tmp_path / f"no-{split}"
+    shutil.copytree(data, copy)
+    manifest = read_json(copy / "manifest.json")
+    (copy / split / "empty.tfrecord").write_bytes(b"")
+    manifest["splits"][split].update(images=0, shards=[
+        {"path": f"{split}/empty.tfrecord", "images": 0}])
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_split_without_images_is_refused_by_evaluate_and_train(tiny_run, nih32, tmp_path):
+    data = _without_images(nih32, "test", tmp_path)
+    proc = _evaluate(data, tiny_run, tmp_path / "ev")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"chexflow evaluate: error: {data}/manifest.json: split 'test' has no images; nothing "
+        f"to evaluate"]
+    assert not (tmp_path / "ev").exists()
+    data = _without_images(nih32, "train", tmp_path)
+    proc = run_chexflow("train", "--data", data, "--out", tmp_path / "run", "--image-size", 32,
+                        check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"chexflow train: error: {data}/manifest.json: split 'train' has no images; nothing to "
+        f"train on"]
+    assert not (tmp_path / "run").exists()

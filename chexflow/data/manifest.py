@@ -127,4 +127,9 @@ def verify_shards(manifest: Manifest, split: str, shards: list[Shard] | None = N
                 f"{shard.path}: {found} records, but manifest.json lists {shard.images}"
             )
         total += found
+    if total == 0:
+        raise DatasetError(
+            f"{manifest.root}/manifest.json: split {split!r} has no images; nothing to "
+            f"{'train on' if split == 'train' else 'evaluate'}"
+        )
     return total

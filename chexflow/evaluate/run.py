@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from chexflow.auroc import auroc_summary
-from chexflow.data.manifest import load_manifest, verify_shards
+from chexflow.data.manifest import Manifest, load_manifest, verify_shards
 from chexflow.errors import ChexflowError
 from chexflow.evaluate.plots import plot_roc
+from chexflow.evaluate.record import check_model_fits
 from chexflow.evaluate.report import write_report
 from chexflow.limits import MAX_SEED, check_range
+from chexflow.runlock import locked_folder
 
 OUTPUTS = ("auroc.json", "roc.png", "report.html", "predictions.npz")
 
@@ -42,7 +44,15 @@ def evaluate(
     check_range("--seed", seed, 0, MAX_SEED)
     manifest = load_manifest(data)
     verify_shards(manifest, split)
-    _prepare_out(Path(out), overwrite)
+    check_model_fits(model, manifest)
+    with locked_folder(Path(out), "evaluate"):
+        return _evaluate(manifest, data, model, split, Path(out), bootstrap, batch_size, seed,
+                         overwrite)
+
+
+def _evaluate(manifest: Manifest, data: Path, model: Path, split: str, out: Path,
+              bootstrap: int, batch_size: int, seed: int, overwrite: bool) -> dict:
+    _prepare_out(out, overwrite)
     from chexflow.evaluate.predict import predict_split
 
     pred = predict_split(model, manifest, split, batch_size)

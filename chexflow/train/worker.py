@@ -145,15 +145,16 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
 
     manifest = _collective_check(hvd_tf, lock_and_check)
     manifest = hvd_tf.broadcast_object(manifest, root_rank=0)
+    classes = manifest.classes if manifest else PATHOLOGIES
     if rank == 0:
         (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        (out / RUN_FILE).write_text(json.dumps(run_identity(args), indent=2))
+        record = {**run_identity(args), "classes": list(classes)}  # what evaluate checks
+        (out / RUN_FILE).write_text(json.dumps(record, indent=2))
     keras.utils.set_random_seed(args.seed)
     if args.amp:
         gpu = bool(tf.config.list_physical_devices("GPU"))
         keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "mixed_bfloat16")
 
-    classes = manifest.classes if manifest else PATHOLOGIES
     c = len(classes)
     model = _build_model(hvd_tf, args, c)
     scaled_lr = args.lr * size
