@@ -92,6 +92,24 @@ def test_installed_optuna_ignores_cmaes_restarts_so_chexflow_runs_its_own_ipop()
     assert runs == sorted(runs)
 
 
+def test_bipop_cmaes_alternates_small_and_large_populations():
+    d = example("cma-es")
+    d["spec"]["algorithm"]["algorithmSettings"] = [{"name": "restart_strategy", "value": "bipop"}]
+    exp = parse_experiment(d, "cma-es.yaml")
+    history: list[History] = []
+    while len(history) < 270:  # a flat objective: each run stops after its tolerance window
+        for s in make_suggester(exp, 5).suggest(history, 3):
+            history.append(History(s.parameters, 1.0, False, s.optuna_attrs))
+    runs = []
+    for h in history:
+        run = (h.optuna_attrs["cma:restart"], h.optuna_attrs["cma:popsize"])
+        if run not in runs:
+            runs.append(run)
+    # BIPOP: after the first run a small-population run (budget below the large one), then a
+    # large one with the population doubled
+    assert runs[:3] == [(0, 6), (1, 6), (2, 12)]
+
+
 def test_ipop_cmaes_sweep_runs_locally_and_shows_its_generations(tmp_path: Path):
     cmd = (f"{PY} -c 'import sys; print(\"loss=0.5\")' ${{trialParameters.learningRate}} "
            "${trialParameters.momentum}")
