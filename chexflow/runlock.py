@@ -45,17 +45,29 @@ def _refused(fd: int, folder: Path) -> FolderLocked:
     )
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
 def acquire(folder: Path, command: str, shared: bool = False) -> int:
     """An open fd of FOLDER/.chexflow.lock locked by this process, exclusively (its PID replaces
     the file's content) or shared with the holder that started it (its PID is added); closing
     the fd or exiting releases it. FolderLocked, naming the holders, if it is taken."""
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        error = _refused(fd, folder)
-        os.close(fd)
-        raise error from None
+    path = folder / LOCK_FILE
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            error = _refused(fd, folder)
+            os.close(fd)
+            raise error from None
+        if _same_file(fd, path):
+            break
+        os.close(fd)  # its holder removed the file as we opened it: lock the one there now
     line = f"PID {os.getpid()} (chexflow {command})\n".encode()
     if shared:
         os.pwrite(fd, line, os.fstat(fd).st_size)
@@ -93,8 +105,8 @@ def run_lock(folder: Path, command: str) -> Iterator[Path]:
 @contextmanager
 def locked_folder(folder: Path, command: str, shared: bool = False) -> Iterator[int]:
     """Create FOLDER if needed and hold its lock while the block runs (yields the lock's fd;
-    `shared`: see acquire). A folder created here that holds nothing but the lock file at the
-    end is removed."""
+    `shared`: see acquire). The lock file goes at the end unless a process that shared the lock
+    still holds it, and so does a folder created here and left empty."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ChexflowError(f"--out {folder}: exists and is not a folder")
@@ -107,11 +119,12 @@ def locked_folder(folder: Path, command: str, shared: bool = False) -> Iterator[
     try:
         yield fd
     finally:
-        if created and [p.name for p in folder.iterdir()] == [LOCK_FILE]:
-            try:  # only when no process that shared the lock still holds it
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                (folder / LOCK_FILE).unlink()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: still shared
+            (folder / LOCK_FILE).unlink()
+            if created and not any(folder.iterdir()):
                 folder.rmdir()
-            except OSError:  # BlockingIOError: a worker still holds it
-                pass
-        os.close(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)

@@ -83,13 +83,13 @@ def test_workers_keep_the_lock_after_their_launcher_is_killed(tmp_path):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_locked_folder_removes_a_folder_it_created_and_left_empty(tmp_path):
+def test_locked_folder_leaves_no_lock_file_and_no_empty_folder_it_created(tmp_path):
     with locked_folder(tmp_path / "new", "t"):
         assert (tmp_path / "new" / LOCK_FILE).is_file()
     assert not (tmp_path / "new").exists()
     with locked_folder(tmp_path / "kept", "t"):
         (tmp_path / "kept" / "result.json").write_text("{}")
-    assert (tmp_path / "kept" / "result.json").is_file()
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["result.json"]  # no lock file
     (tmp_path / "file").write_text("x")
     with pytest.raises(ChexflowError, match="exists and is not a folder"), \
             locked_folder(tmp_path / "file", "t"):

@@ -276,6 +276,7 @@ def test_out_holding_other_files_is_not_overwritten(nih_tfrecords, tmp_path):
     proc = _train(nih_tfrecords, out)
     assert proc.returncode == 2 and "not a chexflow training run" in proc.stderr
     assert (out / "notes.txt").read_text() == "keep me"
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]  # nothing added, not even a lock
 
 
 def test_missing_weights_file(nih_tfrecords, tmp_path):
