@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from chexflow.data.split import SPLITS
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -15,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--model", type=Path, required=True, help="best_model.keras, or a chexflow train --out"
     )
-    p.add_argument("--split", choices=("train", "val", "test"), default="test")
+    p.add_argument("--split", choices=SPLITS, default="test")
     p.add_argument("--out", type=Path, required=True, help="folder for auroc.json, roc.png, ...")
     p.add_argument(
         "--bootstrap", type=int, default=10_000, help="resamples for the 95%% CI (0: none)"
