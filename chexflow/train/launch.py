@@ -24,6 +24,10 @@ from chexflow.processes import die_with_parent
 from chexflow.train.options import TrainOptions
 
 ERROR_FILE_ENV = "CHEXFLOW_ERROR_FILE"
+# horovodrun's lines: a rank's end, any line of a rank, a rank's stderr line
+EXIT_LINE = re.compile(r"Process (\d+) exit with status code (-?\d+)\.")
+RANK_LINE = re.compile(r"\[(\d+)\]<std(?:out|err)>:")
+RANK_ERR_LINE = re.compile(r"\[(\d+)\]<stderr>:(.*)")
 
 
 class LaunchError(ChexflowError):
@@ -125,11 +129,6 @@ class HorovodrunLog:
                 self.last_error[int(m[1])] = m[2].strip()
         elif line.strip() and not RANK_LINE.match(line):
             self.last_own = line.strip()
-
-
-EXIT_LINE = re.compile(r"Process (\d+) exit with status code (-?\d+)\.")
-RANK_LINE = re.compile(r"\[(\d+)\]<std(?:out|err)>:")
-RANK_ERR_LINE = re.compile(r"\[(\d+)\]<stderr>:(.*)")
 
 
 def failure_reason(rc: int, log: HorovodrunLog) -> str:
