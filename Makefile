@@ -6,7 +6,7 @@ TRAINER := .venv-trainer
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-system setup-control setup-trainer setup-cluster cluster-up cluster-down demo test lint compile clean
+.PHONY: setup setup-system setup-control setup-trainer setup-cluster images cluster-up cluster-down demo test lint compile clean
 
 setup: setup-system setup-control setup-trainer
 
@@ -20,13 +20,19 @@ setup-trainer: setup-system
 	images/install-trainer.sh $(TRAINER)
 
 # The local Kubernetes control plane's binaries (chexflow/localcluster/build/build.sh; cached in ~/.cache/chexflow/k8s,
-# about 6 min cold on an idle 2-core machine, downloads included; nothing to do when cached). The cluster tests need them.
-setup-cluster: setup-control
-	$(CONTROL)/bin/chexflow cluster build
+# about 6 min cold on an idle 2-core machine, downloads included; nothing to do when cached) and the real node's
+# (build-node.sh: kubelet, CoreDNS, pause). The cluster tests need them.
+setup-cluster: setup-system setup-control
+	$(CONTROL)/bin/chexflow cluster build --real-node
+
+# The trainer and launcher images, built with podman on a debootstrapped Debian base (cached by content in
+# ~/.cache/chexflow/images); the real-pod tests build what they need themselves.
+images: setup-system setup-control setup-trainer
+	$(CONTROL)/bin/chexflow images build
 
 # Start / stop the local cluster by hand (then: eval "$$($(CONTROL)/bin/chexflow cluster env)").
 cluster-up: setup-cluster
-	$(CONTROL)/bin/chexflow cluster up
+	$(CONTROL)/bin/chexflow cluster up --real-node
 
 cluster-down:
 	$(CONTROL)/bin/chexflow cluster down

@@ -4,6 +4,9 @@ The cache folder is `$CHEXFLOW_K8S_CACHE/<key>` (default `~/.cache/chexflow/k8s/
 <key> is the Kubernetes release in build/go.mod plus a hash of go.mod, go.sum and build.sh, so
 a change of any pinned module or build step builds a fresh set.
 `CHEXFLOW_K8S_BIN` points at a ready folder instead.
+
+The real node's binaries (kubelet, CoreDNS, pause; build/build-node.sh) live beside them in
+`node-<key>`, keyed the same way by the files build-node.sh builds from.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ GO_DIR = Path(__file__).resolve().parent / "build"
 BUILD_SCRIPT = GO_DIR / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
             "mpi-operator")
+NODE_BUILD_SCRIPT = GO_DIR / "build-node.sh"
+NODE_BINARIES = ("kubelet", "coredns", "pause")
+NODE_INPUTS = ("go.mod", "go.sum", "node/go.mod", "node/go.sum", "node/coredns/main.go",
+               "build-node.sh")
 
 
 class BinariesMissing(ChexflowError):
@@ -52,8 +59,31 @@ def cache_dir() -> Path:
     return Path(root) / cache_key()
 
 
-def missing(bin_dir: Path) -> list[str]:
-    return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+def node_cache_dir() -> Path:
+    """Where the real node's binaries live: node-<release>-<hash of NODE_INPUTS>."""
+    digest = hashlib.sha256(b"".join((GO_DIR / f).read_bytes() for f in NODE_INPUTS))
+    return cache_dir().parent / f"node-{k8s_version()}-{digest.hexdigest()[:10]}"
+
+
+def missing(bin_dir: Path, names: tuple[str, ...] = BINARIES) -> list[str]:
+    return [b for b in names if not os.access(bin_dir / b, os.X_OK)]
+
+
+def ensure_node_binaries() -> Path:
+    """The folder with kubelet, coredns and pause; runs build/build-node.sh when any is missing."""
+    bin_dir = node_cache_dir()
+    if not missing(bin_dir, NODE_BINARIES):
+        return bin_dir
+    print(f"building the real node (kubelet, CoreDNS, pause) into {bin_dir} (cold: about 4 min)...",
+          file=sys.stderr, flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(NODE_BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
+    absent = missing(bin_dir, NODE_BINARIES)
+    if proc.returncode != 0 or absent:
+        raise BinariesMissing(f"{NODE_BUILD_SCRIPT} exited {proc.returncode}; "
+                              f"missing {', '.join(absent)}")
+    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return bin_dir
 
 
 def ensure_binaries(build: bool = True) -> Path:

@@ -23,8 +23,10 @@ CLIENTS = {
     "admin": ("chexflow-admin", "system:masters"),
     "controller-manager": ("system:kube-controller-manager", ""),
     "scheduler": ("system:kube-scheduler", ""),
+    # the real node's kubelet, as the Node authorizer expects (realnode.NODE_NAME)
+    "kubelet": ("system:node:chexflow-node", "system:nodes"),
 }
-SERVICE_IP = "10.96.0.1"  # first address of --service-cluster-ip-range
+SERVICE_IP = "198.19.0.1"  # first address of --service-cluster-ip-range
 
 
 class CertificateError(ChexflowError):

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _dir_arg(up)
     up.add_argument("--nodes", type=int, default=4, help="kwok GPU nodes (default 4)")
     up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node")
+    up.add_argument("--real-node", action="store_true",
+                    help="also start a real node (containerd, kubelet, CoreDNS) that runs pods; "
+                         "needs root and the Debian packages of images/install-system.sh")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument("--foreground", action="store_true",
                     help="stay attached; Ctrl-C stops the cluster")
@@ -44,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     env.set_defaults(func=cmd_env)
 
     build = sub.add_parser("build", help="build (or locate) the binaries; prints their folder")
+    build.add_argument("--real-node", action="store_true",
+                       help="also the real node's (kubelet, CoreDNS, pause)")
     build.set_defaults(func=cmd_build)
 
 
@@ -53,6 +58,7 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from chexflow.localcluster import realnode
     from chexflow.localcluster.controlplane import ClusterError, LocalCluster
 
     if args.nodes < 1 or args.gpus_per_node < 0:
@@ -62,10 +68,12 @@ def cmd_up(args: argparse.Namespace) -> int:
         raise ClusterError(f"a cluster is already running from {args.dir}: "
                            f"`chexflow cluster down --dir {args.dir}` first")
     start = time.monotonic()
-    cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node)
+    cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                           real_node=args.real_node)
     cluster.start(timeout=args.timeout)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
-          f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu", file=sys.stderr)
+          f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
+          + (f", real node {realnode.NODE_NAME}" if args.real_node else ""), file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     if not args.foreground:
@@ -105,7 +113,9 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from chexflow.localcluster.binaries import ensure_binaries
+    from chexflow.localcluster.binaries import ensure_binaries, ensure_node_binaries
 
     print(ensure_binaries())
+    if args.real_node:
+        print(ensure_node_binaries())
     return 0

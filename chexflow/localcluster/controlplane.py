@@ -1,5 +1,6 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kwok (simulated GPU nodes) and mpi-operator, each a local process.
+kube-scheduler, kwok (simulated GPU nodes) and mpi-operator, each a local process; with
+`real_node=True` also a real node (containerd, kubelet, CoreDNS: realnode.py) that runs pods.
 
     with LocalCluster(state_dir) as cluster:      # or cluster.start() ... cluster.stop()
         api = cluster.api_client()                # kubernetes.client.ApiClient (admin)
@@ -26,12 +27,15 @@ from importlib import resources
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
-from chexflow.localcluster import binaries, certs, crds, nodes
+from chexflow.localcluster import binaries, certs, crds, nodes, realnode
 
 STATE_FILE = "cluster.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-               "mpi-operator")
-SERVICE_CIDR = "10.96.0.0/16"
+               "mpi-operator", "containerd", "kubelet", "coredns")
+# RFC 2544 benchmarking addresses, never a private range: services here, pods in 198.18.0.0/16
+# (kwok nodes' pods in the upper half, the real node's in a /24 of the lower half).
+SERVICE_CIDR = "198.19.0.0/16"
+KWOK_POD_CIDR = "198.18.128.0/17"
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
 KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
 
@@ -83,6 +87,10 @@ class LocalCluster:
     # PR_SET_PDEATHSIG), so a killed test run leaves nothing behind. `chexflow cluster up`
     # leaves it False: its cluster outlives the command.
     die_with_parent: bool = False
+    # A real node beside the kwok nodes (root, Debian's containerd/runc/CNI plugins), with
+    # these image archives (OCI or docker) loaded into its containerd.
+    real_node: bool = False
+    node_images: list[Path] = field(default_factory=list)
     ports: dict[str, int] = field(default_factory=dict)
     processes: dict[str, dict] = field(default_factory=dict)
 
@@ -111,13 +119,18 @@ class LocalCluster:
             raise ClusterError(f"a cluster is already running from {self.state_dir}: "
                                f"run `chexflow cluster down --dir {self.state_dir}` first")
         self.bin_dir = Path(self.bin_dir or binaries.ensure_binaries())
+        node_bin = None
+        if self.real_node:
+            realnode.check_requirements()
+            node_bin = binaries.ensure_node_binaries()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for stale in ("etcd", "logs"):
             shutil.rmtree(self.state_dir / stale, ignore_errors=True)
         self.log_dir.mkdir()
         self.ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver",
                                                "controller_manager", "scheduler", "kwok",
-                                               "mpi_health")}
+                                               "mpi_health", "kubelet", "kubelet_healthz",
+                                               "coredns_health", "coredns_ready")}
         self.processes = {}
         deadline = time.monotonic() + timeout
         try:
@@ -142,6 +155,8 @@ class LocalCluster:
             self._wait_default_service_account(api, deadline)
             self._wait_http(f"http://127.0.0.1:{self.ports['mpi_health']}/healthz",
                             "mpi-operator", deadline)
+            if node_bin:
+                self._start_real_node(node_bin, pki, deadline)
         except BaseException:
             self.stop()
             raise
@@ -164,6 +179,8 @@ class LocalCluster:
                 self._reap(proc["pid"])
                 time.sleep(0.05)
             self._reap(proc["pid"])
+        if (self.state_dir / "node").exists():
+            realnode.RealNode(self.state_dir).cleanup()
         self.processes = {}
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 
@@ -188,7 +205,8 @@ class LocalCluster:
     def save(self) -> None:
         state = {"server": self.server, "kubeconfig": str(self.kubeconfig),
                  "bin_dir": str(self.bin_dir), "nodes": self.nodes,
-                 "gpus_per_node": self.gpus_per_node, "ports": self.ports,
+                 "gpus_per_node": self.gpus_per_node, "real_node": self.real_node,
+                 "ports": self.ports,
                  "processes": self.processes}
         (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
 
@@ -201,6 +219,7 @@ class LocalCluster:
         state = json.loads(path.read_text())
         return cls(state_dir=Path(state_dir), nodes=state["nodes"],
                    gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
+                   real_node=state.get("real_node", False),
                    ports=state["ports"], processes=state["processes"])
 
     # ---- clients -------------------------------------------------------------------------------
@@ -215,8 +234,9 @@ class LocalCluster:
         return rss_mib(self.processes[component]["pid"])
 
     # ---- components ----------------------------------------------------------------------------
-    def _spawn(self, name: str, args: list[str], env: dict | None = None) -> None:
-        exe = str(self.bin_dir / name)
+    def _spawn(self, name: str, args: list[str], env: dict | None = None,
+               exe: Path | str | None = None) -> None:
+        exe = str(exe or self.bin_dir / name)
         log = self.log_dir / f"{name}.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen([exe, *args], stdout=out, stderr=subprocess.STDOUT,
@@ -251,6 +271,8 @@ class LocalCluster:
             f"--service-account-signing-key-file={pki.sa_key}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            # namespaces whose pods all go to the real node (realnode.namespace_annotations)
+            "--enable-admission-plugins=PodNodeSelector,PodTolerationRestriction",
             # pod logs come from kwok's kubelet API (loopback, certificate not verified)
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-client-certificate={pki.client('admin')[0]}",
@@ -298,7 +320,7 @@ class LocalCluster:
         return [f"--kubeconfig={self.kubeconfig}", f"--config={stages}", f"--config={logs}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={'='.join(nodes.KWOK_ANNOTATION)}",
-                "--cidr=10.0.0.0/16", "--node-ip=127.0.0.1", f"--node-port={port}",
+                f"--cidr={KWOK_POD_CIDR}", "--node-ip=127.0.0.1", f"--node-port={port}",
                 f"--server-address=127.0.0.1:{port}", f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}", "--node-lease-duration-seconds=40"]
 
@@ -308,6 +330,53 @@ class LocalCluster:
         return [f"--kubeConfig={self.kubeconfig}", f"--lock-namespace={MPI_OPERATOR_NAMESPACE}",
                 "--threadiness=4", "--kube-api-qps=200", "--kube-api-burst=400",
                 "--controller-queue-rate-limit=100", "--controller-queue-burst=1000"]
+
+    def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:
+        """containerd (with the pause image), the kubelet and CoreDNS; waits for Ready."""
+        node = realnode.RealNode(self.state_dir)
+        node.cleanup()  # whatever a killed run from this folder left
+        shutil.rmtree(node.dir, ignore_errors=True)
+        node.dir.mkdir(parents=True)
+        addr = node.setup_network()
+        node.make_cgroups()
+        self._spawn("containerd", [f"--config={node.containerd_config()}"],
+                    exe=realnode.CONTAINERD)
+        while node.ctr("version", check=False).returncode != 0:
+            self.check()
+            if time.monotonic() > deadline:
+                raise ClusterError(f"containerd not answering on {node.containerd_socket}; "
+                                   f"see {self.log_dir}/containerd.log")
+            time.sleep(0.2)
+        node.import_image(realnode.pause_archive(node_bin / "pause", node.dir / "pause.oci.tar"))
+        for archive in self.node_images:
+            node.import_image(Path(archive))
+        kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", self.server, pki,
+                                            "kubelet")
+        config = node.kubelet_config(self.ports, addr["node_ip"], pki.ca)
+        self._spawn("kubelet", node.kubelet_args(config, kubeconfig, addr["node_ip"]),
+                    exe=node_bin / "kubelet")
+        corefile = node.corefile(self.ports, addr["node_ip"], self.kubeconfig)
+        self._spawn("coredns", [f"-conf={corefile}"], exe=node_bin / "coredns")
+        self._wait_real_node_ready(deadline)
+        self._wait_http(f"http://127.0.0.1:{self.ports['coredns_ready']}/ready", "coredns",
+                        deadline)
+
+    def _wait_real_node_ready(self, deadline: float) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        core = client.CoreV1Api(self.api_client())
+        while time.monotonic() < deadline:
+            self.check()
+            try:
+                conds = core.read_node(realnode.NODE_NAME).status.conditions or []
+                if any(c.type == "Ready" and c.status == "True" for c in conds):
+                    return
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+            time.sleep(0.5)
+        raise ClusterError(f"node {realnode.NODE_NAME} not Ready; see {self.log_dir}/kubelet.log")
 
     # ---- readiness -----------------------------------------------------------------------------
     def _ssl_context(self) -> ssl.SSLContext:

@@ -1,9 +1,11 @@
 """Fixtures for tests against the local Kubernetes control plane (marker `cluster`).
 
 `k8s_cluster` (session): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
-(4 nodes x 8 nvidia.com/gpu) and mpi-operator, with the MPIJob and Experiment CRDs. The binaries
-come from ~/.cache/chexflow/k8s/<version>/, built by cluster/build.sh on first use (cold: about
-6 minutes on 2 idle cores). `k8s_namespace`: a fresh namespace per test, deleted afterwards.
+(4 nodes x 8 nvidia.com/gpu) and mpi-operator, with the MPIJob and Experiment CRDs, and a real
+node (containerd, kubelet, CoreDNS; tainted, so only pods that ask for it land there). The
+binaries come from ~/.cache/chexflow/k8s/, built by build/build.sh and build/build-node.sh on
+first use (cold: about 6 + 4 minutes on 2 idle cores). `k8s_namespace`: a fresh namespace per
+test, deleted afterwards.
 `KUBECONFIG` points at the cluster's admin kubeconfig while the session runs.
 """
 
@@ -29,7 +31,7 @@ def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     if binaries.missing(binaries.cache_dir()) and shutil.which("go", path=go_path) is None:
         pytest.skip("no Kubernetes binaries cached and no Go toolchain to build them")
     cluster = LocalCluster(tmp_path_factory.mktemp("k8s"), nodes=NODES,
-                           gpus_per_node=GPUS_PER_NODE, die_with_parent=True)
+                           gpus_per_node=GPUS_PER_NODE, die_with_parent=True, real_node=True)
     cluster.start(timeout=240)
     old = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)

@@ -1,0 +1,401 @@
+"""A real node beside the kwok nodes: containerd + runc + CNI bridge, a kubelet and CoreDNS.
+
+Pods on it are real processes running images loaded into its containerd. Addresses are RFC 2544
+benchmarking ones: the node owns 198.18.K.1 on a bridge of its own (`cxf<id>`) and its pods get
+198.18.K.0/24 (K picked per cluster, skipping subnets already on this machine); no default route,
+no masquerading, nothing routed off the machine. CoreDNS serves `cluster.local` on the node
+address (the kubelet's clusterDNS), so mpi-operator's `<job>-worker-N.<job>.<ns>.svc` resolve.
+
+Everything lives under `<state_dir>/node/` (sockets under `/run/chexflow/<id>/`) and is named
+after a hash of the state folder (bridge, cgroup root `/chexflow-<id>`), so two clusters run side
+by side. `RealNode.stop` kills the pods'
+processes (cgroups), the runtime, unmounts whatever the runtime and kubelet mounted under the
+folder and deletes the bridge. The node is tainted `chexflow.io/real-node=true:NoSchedule` and
+labelled `chexflow.io/node=real`: only pods that tolerate the taint and select the label land on
+it (or every pod of a namespace annotated with namespace_annotations()), and GPU-shaped pods
+(nvidia.com/gpu) cannot, as it has none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from chexflow.errors import ChexflowError
+
+NODE_NAME = "chexflow-node"
+NODE_LABEL = ("chexflow.io/node", "real")
+NODE_TAINT = {"key": "chexflow.io/real-node", "value": "true", "effect": "NoSchedule"}
+POD_SUPERNET = ipaddress.ip_network("198.18.0.0/17")
+CLUSTER_DOMAIN = "cluster.local"
+PAUSE_IMAGE = "chexflow.local/pause:3.10"
+CNI_BIN_DIR = Path("/usr/lib/cni")
+CONTAINERD = "/usr/bin/containerd"
+DEBIAN_PACKAGES = "containerd runc containernetworking-plugins iproute2 (images/install-system.sh)"
+
+
+class RealNodeError(ChexflowError):
+    """The real node could not start (missing packages, root, address) or clean up."""
+
+
+def pod_toleration() -> dict:
+    """The toleration a pod needs to run on the real node."""
+    return {**NODE_TAINT, "operator": "Equal"}
+
+
+def node_selector() -> dict[str, str]:
+    """The nodeSelector that sends a pod to the real node."""
+    return dict([NODE_LABEL])
+
+
+def namespace_annotations() -> dict[str, str]:
+    """Annotations that send every pod of a namespace to the real node, through the
+    apiserver's PodNodeSelector and PodTolerationRestriction admission plugins: jobs rendered
+    for any cluster run there unchanged."""
+    return {"scheduler.alpha.kubernetes.io/node-selector": "=".join(NODE_LABEL),
+            "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps([pod_toleration()])}
+
+
+def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RealNodeError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip() or proc.stdout}")
+    return proc
+
+
+def _used_subnets() -> set[ipaddress.IPv4Network]:
+    out = _run("ip", "-j", "-4", "addr", "show").stdout
+    return {ipaddress.ip_interface(f"{a['local']}/24").network
+            for link in json.loads(out) for a in link.get("addr_info", [])}
+
+
+def check_requirements() -> None:
+    """Raise naming what is missing: root, containerd, runc, the CNI plugins, ip."""
+    if os.geteuid() != 0:
+        raise RealNodeError("the real node needs root (containerd, kubelet, network setup)")
+    need = {CONTAINERD: "containerd", "/usr/sbin/runc": "runc",
+            str(CNI_BIN_DIR / "bridge"): "containernetworking-plugins"}
+    absent = [pkg for path, pkg in need.items() if not os.access(path, os.X_OK)]
+    if shutil.which("ip") is None:
+        absent.append("iproute2")
+    if absent:
+        raise RealNodeError(f"the real node needs the Debian packages {', '.join(absent)}: "
+                            f"run images/install-system.sh ({DEBIAN_PACKAGES})")
+
+
+@dataclass
+class RealNode:
+    """The real node of the cluster whose state folder is `state_dir`."""
+
+    state_dir: Path
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir).resolve()
+        self.id = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+
+    # ---- names and paths -----------------------------------------------------------------------
+    @property
+    def dir(self) -> Path:
+        return self.state_dir / "node"
+
+    @property
+    def bridge(self) -> str:
+        return f"cxf{self.id}"
+
+    @property
+    def cgroup_root(self) -> str:
+        return f"/chexflow-{self.id}"
+
+    @property
+    def run_dir(self) -> Path:
+        """Sockets: a short path (unix socket paths are limited to about 100 bytes)."""
+        return Path("/run/chexflow") / self.id
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.run_dir / "containerd.sock"
+
+    @property
+    def address_file(self) -> Path:
+        return self.dir / "address.json"
+
+    def addresses(self) -> dict[str, str]:
+        """{"node_ip", "pod_cidr"} recorded at start."""
+        return json.loads(self.address_file.read_text())
+
+    # ---- setup ---------------------------------------------------------------------------------
+    def pick_subnet(self) -> ipaddress.IPv4Network:
+        """A /24 of POD_SUPERNET no interface of this machine uses (first choice from the id)."""
+        subnets = list(POD_SUPERNET.subnets(new_prefix=24))
+        used = _used_subnets()
+        first = int(self.id, 16) % len(subnets)
+        for i in range(len(subnets)):
+            net = subnets[(first + i) % len(subnets)]
+            if net not in used:
+                return net
+        raise RealNodeError(f"every /24 of {POD_SUPERNET} is in use on this machine")
+
+    def setup_network(self) -> dict[str, str]:
+        """Create the bridge with the node address; write the CNI config; returns the addresses."""
+        net = self.pick_subnet()
+        node_ip = str(next(net.hosts()))
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{node_ip}/{net.prefixlen}", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        cni_dir = self.dir / "cni"
+        cni_dir.mkdir(parents=True, exist_ok=True)
+        # host-local allocates from the /24; no routes but the on-link subnet, no masquerading
+        (cni_dir / "10-chexflow.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": f"chexflow-{self.id}",
+            "plugins": [
+                {"type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False,
+                 "hairpinMode": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": str(net),
+                                                               "gateway": node_ip}]],
+                          "dataDir": str(self.dir / "cni-ipam")}},
+                {"type": "loopback"},
+            ],
+        }, indent=2))
+        addresses = {"node_ip": node_ip, "pod_cidr": str(net)}
+        self.address_file.write_text(json.dumps(addresses))
+        return addresses
+
+    def containerd_config(self) -> Path:
+        """containerd 1.6 (CRI) with its root, state, socket and CNI config under dir/."""
+        base = self.dir / "containerd"
+        sock = self.containerd_socket
+        cri = 'plugins."io.containerd.grpc.v1.cri"'
+        text = f"""version = 2
+root = "{base / 'root'}"
+state = "{base / 'state'}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper"]
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{base / 'opt'}"
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # no CAP_SYS_RESOURCE here: the sandbox's oom_score_adj -998 cannot be set, keep the parent's
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [{cri}.cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{self.dir / 'cni'}"
+  [{cri}.containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [{cri}.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [{cri}.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+"""
+        path = base / "config.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return path
+
+    def kubelet_config(self, ports: dict[str, int], node_ip: str, ca: Path) -> Path:
+        """KubeletConfiguration: cgroup v1 + cgroupfs, the taint, DNS at the node address."""
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "address": node_ip, "port": ports["kubelet"], "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": ports["kubelet_healthz"],
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                               "x509": {"clientCAFile": str(ca)}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root,
+            "clusterDNS": [node_ip], "clusterDomain": CLUSTER_DOMAIN,
+            "resolvConf": str(self.dir / "resolv.conf"),
+            "registerWithTaints": [NODE_TAINT],
+            "failSwapOn": False, "maxPods": 32, "serializeImagePulls": False,
+            "makeIPTablesUtilChains": False,
+            # images are loaded by hand (no registry): never garbage-collect them
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "shutdownGracePeriod": "0s", "syncFrequency": "5s",
+            "nodeStatusUpdateFrequency": "5s",
+        }
+        (self.dir / "resolv.conf").write_text("")
+        path = self.dir / "kubelet-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def kubelet_args(self, config: Path, kubeconfig: Path, node_ip: str) -> list[str]:
+        return [f"--config={config}", f"--kubeconfig={kubeconfig}",
+                f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={self.dir / 'kubelet-pki'}",
+                f"--hostname-override={NODE_NAME}", f"--node-ip={node_ip}",
+                f"--node-labels={'='.join(NODE_LABEL)}", "--v=1"]
+
+    def corefile(self, ports: dict[str, int], node_ip: str, kubeconfig: Path) -> Path:
+        """CoreDNS on the node address: cluster.local from the apiserver, nothing forwarded."""
+        path = self.dir / "Corefile"
+        path.write_text(f""".:53 {{
+    bind {node_ip}
+    errors
+    health 127.0.0.1:{ports['coredns_health']}
+    ready 127.0.0.1:{ports['coredns_ready']}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }}
+    cache 5
+}}
+""")
+        return path
+
+    def make_cgroups(self) -> None:
+        """The kubelet's cgroupRoot in every cgroup v1 hierarchy (cpuset: the parent's CPUs
+        and memory nodes), as the kubelet requires it to exist."""
+        for top in Path("/sys/fs/cgroup").iterdir():
+            if not (top / "cgroup.procs").exists():
+                continue
+            d = top / self.cgroup_root.lstrip("/")
+            d.mkdir(exist_ok=True)
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                if (d / knob).exists() and not (d / knob).read_text().strip():
+                    (d / knob).write_text((top / knob).read_text())
+
+    # ---- images --------------------------------------------------------------------------------
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        """`ctr` against this node's containerd, namespace k8s.io."""
+        return _run("ctr", "--address", str(self.containerd_socket), "--namespace", "k8s.io",
+                    *args, check=check)
+
+    def import_image(self, archive: Path) -> None:
+        """Load an OCI/docker archive into the node's containerd (as `ctr images import`)."""
+        self.ctr("images", "import", "--no-unpack", str(archive))
+
+    def has_image(self, ref: str) -> bool:
+        out = self.ctr("images", "list", "--quiet").stdout.split()
+        return ref in out or f"docker.io/{ref}" in out
+
+    # ---- teardown ------------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        """Kill the pods' processes and shims, unmount, remove cgroups, delete the bridge.
+        Safe to repeat; containerd and the kubelet must be stopped first or after."""
+        self._kill_pods()
+        self._kill_shims()
+        self._unmount_all()
+        self._remove_cgroups()
+        if Path(f"/sys/class/net/{self.bridge}").exists():
+            _run("ip", "link", "delete", self.bridge, check=False)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _cgroup_dirs(self) -> list[Path]:
+        root = Path("/sys/fs/cgroup")
+        rel = self.cgroup_root.lstrip("/")
+        return [d / rel for d in root.iterdir() if (d / rel).is_dir()]
+
+    def _kill_pods(self) -> None:
+        for _ in range(50):
+            pids = set()
+            for top in self._cgroup_dirs():
+                for procs in top.rglob("cgroup.procs"):
+                    pids.update(int(p) for p in procs.read_text().split())
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+
+    def _kill_shims(self) -> None:
+        """containerd-shim-runc-v2 processes started by this node's containerd."""
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if (cmdline and cmdline[0].endswith(b"containerd-shim-runc-v2")
+                    and str(self.containerd_socket).encode() in cmdline):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+
+    def _unmount_all(self) -> None:
+        prefix = str(self.dir) + "/"
+        for _ in range(5):
+            mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text()
+                      .splitlines()]
+            ours = [m.encode().decode("unicode_escape") for m in mounts if m.startswith(prefix)]
+            if not ours:
+                return
+            for m in reversed(ours):
+                subprocess.run(["umount", "-l", m], capture_output=True)
+        raise RealNodeError(f"mounts under {self.dir} remain after umount: {ours[:3]}")
+
+    def _remove_cgroups(self) -> None:
+        for top in self._cgroup_dirs():
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()),
+                            key=lambda p: len(p.parts), reverse=True):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            with contextlib.suppress(OSError):
+                top.rmdir()
+
+
+def pause_archive(pause_bin: Path, out: Path) -> Path:
+    """An OCI image archive of PAUSE_IMAGE: one layer holding the static `/pause` program."""
+    import io
+    import tarfile
+
+    def blob(data: bytes) -> tuple[str, bytes]:
+        return "sha256:" + hashlib.sha256(data).hexdigest(), data
+
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tar.gettarinfo(str(pause_bin), arcname="pause")
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        with open(pause_bin, "rb") as f:
+            tar.addfile(info, f)
+    layer_digest, layer_data = blob(layer.getvalue())
+    config = {"architecture": "amd64", "os": "linux",
+              "config": {"Entrypoint": ["/pause"], "User": "65535:65535"},
+              "rootfs": {"type": "layers", "diff_ids": [layer_digest]}}
+    config_digest, config_data = blob(json.dumps(config).encode())
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                           "digest": config_digest, "size": len(config_data)},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                            "digest": layer_digest, "size": len(layer_data)}]}
+    manifest_digest, manifest_data = blob(json.dumps(manifest).encode())
+    index = {"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest,
+        "size": len(manifest_data),
+        "annotations": {"org.opencontainers.image.ref.name": PAUSE_IMAGE.split(":")[-1],
+                        "io.containerd.image.name": PAUSE_IMAGE}}]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w") as tar:
+        for name, data in [("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'),
+                           ("index.json", json.dumps(index).encode()),
+                           *((f"blobs/sha256/{d.split(':')[1]}", b) for d, b in (
+                               (layer_digest, layer_data), (config_digest, config_data),
+                               (manifest_digest, manifest_data)))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out
