@@ -127,11 +127,12 @@ def failure_cause(log: Path) -> str:
     """The failed component's error message (the last exception line of its traceback)."""
     causes = [m for line in log.read_text(errors="replace").splitlines()
               if (m := ERROR_LINE.match(line))]
-    if not causes:
-        return "see its log"
-    qualified, name, message = causes[-1].groups()
-    # chexflow's own errors say what is wrong; name any other exception
-    return message if qualified.startswith("chexflow.") else f"{name}: {message}"
+    # chexflow's own errors say what is wrong (a job's log tail may follow them); else name the
+    # last exception
+    ours = [m.group(3) for m in causes if m.group(1).startswith("chexflow.")]
+    if ours:
+        return ours[-1]
+    return f"{causes[-1].group(2)}: {causes[-1].group(3)}" if causes else "see its log"
 
 
 def clock() -> str:

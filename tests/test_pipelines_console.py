@@ -1,0 +1,109 @@
+"""What `chexflow run` prints (chexflow.pipelines.console), with real kfp.local pipelines of
+small components: step lines, the epoch bar, per-step log files, a failed step's log tail."""
+
+import io
+from pathlib import Path
+
+import pytest
+from kfp import dsl, local
+
+from chexflow.pipelines.console import Console, failure_cause, key_metrics, log_tail, step_logs
+
+
+@dsl.component(base_image="python:3.11", install_kfp_package=False)
+def train_op(epochs: int, metrics: dsl.Output[dsl.Metrics]) -> int:
+    for epoch in range(1, epochs + 1):
+        print(f"[0]<stdout>:epoch={epoch} val_auroc={0.5 + epoch / 10} loss={2 / epoch}")
+    metrics.log_metric("val_auroc", 0.8)
+    metrics.log_metric("images_per_sec", 12.5)
+    return epochs
+
+
+@dsl.component(base_image="python:3.11", install_kfp_package=False)
+def broken_op(epochs: int):
+    for line in range(30):
+        print(f"working on part {line}")
+    raise ValueError(f"part 30 of {epochs} is unreadable")
+
+
+@dsl.pipeline
+def good(epochs: int = 3):
+    train_op(epochs=epochs)
+
+
+@dsl.pipeline
+def bad(epochs: int = 3):
+    broken_op(epochs=train_op(epochs=epochs).outputs["Output"])
+
+
+def run(pipeline, tmp_path: Path, verbose: bool = False) -> tuple[Console, str]:
+    local.init(runner=local.SubprocessRunner(use_venv=False),
+               pipeline_root=str(tmp_path / "kfp"), raise_on_error=True)
+    terminal = io.StringIO()
+    console = Console(tmp_path / "logs", verbose, epochs=3, terminal=terminal)
+    try:
+        with step_logs(console):
+            pipeline()
+    except RuntimeError:
+        pass
+    return console, terminal.getvalue()
+
+
+def test_quiet_run_prints_step_lines_and_an_epoch_bar_and_logs_to_files(tmp_path):
+    console, out = run(good, tmp_path)
+    log = tmp_path / "logs" / "train-op.log"
+    assert f"train-op: started (log: {log})" in out
+    assert "train-op: done in" in out and "val_auroc=0.8 images_per_sec=12.5" in out
+    assert "3/3" in out and "loss=0.667" in out  # the bar, at its last epoch
+    assert "epoch=2" not in out and "Executing task" not in out
+    assert "epoch=2 val_auroc=0.7" in log.read_text() and "Executing task" in log.read_text()
+    assert console.failed is None and len(out.split("\n")) < 10
+
+
+def test_verbose_run_also_shows_the_task_output(tmp_path):
+    _, out = run(good, tmp_path, verbose=True)
+    assert "epoch=2 val_auroc=0.7" in out and "train-op: done in" in out
+    assert "epoch=2 val_auroc=0.7" in (tmp_path / "logs" / "train-op.log").read_text()
+
+
+def test_failed_step_prints_its_error_and_last_20_log_lines(tmp_path):
+    console, out = run(bad, tmp_path)
+    assert console.failed is not None and console.failed.name == "broken-op"
+    assert "broken-op: FAILED after" in out and "ValueError: part 30 of 3 is unreadable" in out
+    tail = out.split(f"--- last 20 lines of {console.failed.log} ---\n")[1].split("\n")
+    assert "working on part 29" in tail[18] and "part 30 of 3 is unreadable" in tail[19]
+    assert "working on part 10" not in out and 'File "' not in out  # no traceback frames
+
+
+def test_log_tail_and_cause_skip_kfp_status_lines_and_traceback_frames(tmp_path):
+    log = tmp_path / "step.log"
+    log.write_text("\n".join([
+        "    job output 1", "    Traceback (most recent call last):",
+        '      File "/x/steps.py", line 3, in run', "        run(spec)", "        ^^^^^^^^^",
+        "    chexflow.jobs.spec.JobFailed: job train-w1: exited with status 2 after 3s",
+        "    --- log tail ---", "    RuntimeError: Horovod detected a failure", "",
+        "12:27:50.120 - ERROR - Task 'train-op' finished with status FAILURE", "-" * 80,
+    ]))
+    assert log_tail(log) == [
+        "    job output 1",
+        "    chexflow.jobs.spec.JobFailed: job train-w1: exited with status 2 after 3s",
+        "    --- log tail ---", "    RuntimeError: Horovod detected a failure"]
+    assert failure_cause(log) == "job train-w1: exited with status 2 after 3s"
+
+
+def test_key_metrics_pick_the_telling_numbers():
+    class Artifact:
+        metadata = {"auroc_mean": 0.91234, "auroc_Hernia": 1.0, "images_per_sec_w2": 14.4,
+                    "data_dir": "/x", "flag": True}
+
+    assert key_metrics({"metrics": Artifact(), "Output": "text"}) == \
+        "auroc_mean=0.9123 images_per_sec_w2=14.4"
+
+
+@pytest.mark.parametrize("name", ["evaluate-op", "train-op"])
+def test_step_logs_are_not_overwritten_by_a_second_task_of_the_same_name(tmp_path, name):
+    console = Console(tmp_path, verbose=False, epochs=None, terminal=io.StringIO())
+    first, second = console.open_step(name), console.open_step(name)
+    console.close_step(first, {}, True)
+    console.close_step(second, {}, True)
+    assert (first.log.name, second.log.name) == (f"{name}.log", f"{name}-2.log")
