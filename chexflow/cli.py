@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "chexflow.train.commands",
     "chexflow.evaluate.commands",
     "chexflow.localcluster.commands",
+    "chexflow.imagebuild.commands",
     "chexflow.slurm.commands",
     "chexflow.jobs.commands",
     "chexflow.pipelines.commands",

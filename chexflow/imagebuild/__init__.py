@@ -1,0 +1,1 @@
+"""Building images/*/Dockerfile with podman on a local Debian base, cached by content."""

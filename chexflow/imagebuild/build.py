@@ -1,0 +1,225 @@
+"""Build the trainer and launcher images with podman, from the repository's Dockerfiles.
+
+No registry is needed: the base is Debian bookworm made with `debootstrap --variant=minbase`
+and imported into podman (`chexflow.local/bookworm:<key>`); the Dockerfiles take it as their
+base-image build argument (a CUDA or python base by default, for real clusters). Each image is
+cached as a docker archive in `<cache>/images/<name>-<key>.tar`, where <key> hashes the
+Dockerfile, the build arguments and every file the build context sends (images/ and the source
+tree, less what .dockerignore leaves out), so an unchanged tree never rebuilds. The trainer's
+Horovod wheel comes from `<cache>/wheels` (the one `make setup` built) through a build volume, and
+pip trusts the CA bundle `PIP_CERT` names (a TLS-intercepting proxy's), as pip here does.
+
+podman runs with a configuration of its own under `<cache>/podman/` (runc, cgroupfs, no rlimit
+raised, storage in that folder) and `--network=host` for apt and pip.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from chexflow.container_images import DOCKERFILES
+from chexflow.envs import REPO_ROOT
+from chexflow.errors import ChexflowError
+
+LOCAL_REGISTRY = "chexflow.local"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+BASE_ARG = {"trainer": "CUDA_IMAGE", "launcher": "PYTHON_IMAGE"}
+EXTRA_ARGS = {"trainer": {"TF_PACKAGE": "tensorflow-cpu==2.15.1"}, "launcher": {}}
+BUILD_PIP_CERT = "/run/chexflow-pip-cert.pem"
+PODMAN_CONF = """[containers]
+# no CAP_SYS_RESOURCE here: raising an rlimit fails, so none is set
+default_ulimits = []
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+
+class ImageBuildError(ChexflowError):
+    """podman, debootstrap or a Dockerfile step failed."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("CHEXFLOW_CACHE") or Path.home() / ".cache" / "chexflow")
+
+
+def _ignore_patterns(root: Path) -> list[str]:
+    path = root / ".dockerignore"
+    if not path.exists():
+        return []
+    lines = (line.strip() for line in path.read_text().splitlines())
+    return [line.rstrip("/") for line in lines if line and not line.startswith("#")]
+
+
+def _ignored(rel: str, patterns: list[str]) -> bool:
+    """As .dockerignore matches: from the context root, `**/` at any depth; a match on a
+    folder leaves out everything under it."""
+    parts = rel.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for pattern in patterns:
+        if pattern.startswith("**/"):
+            if any(fnmatch.fnmatchcase(p, pattern[3:]) for p in parts):
+                return True
+        elif any(fnmatch.fnmatchcase(p, pattern) for p in prefixes):
+            return True
+    return False
+
+
+def context_files(root: Path = REPO_ROOT) -> list[str]:
+    """The files the build context sends (relative paths, sorted)."""
+    patterns = _ignore_patterns(root)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        dirnames[:] = [d for d in dirnames if not _ignored(rel_dir + d, patterns)]
+        out += [rel_dir + f for f in filenames if not _ignored(rel_dir + f, patterns)]
+    return sorted(out)
+
+
+def content_key(name: str, build_args: dict[str, str], root: Path = REPO_ROOT) -> str:
+    """12 hex of sha256 over the build arguments and the context files' paths and bytes."""
+    h = hashlib.sha256(f"{name}\n{sorted(build_args.items())}\n".encode())
+    for rel in context_files(root):
+        path = root / rel
+        if path.is_symlink() or not path.is_file():
+            continue
+        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
+
+
+@dataclass
+class Podman:
+    """podman with chexflow's own configuration and storage under `<cache>/podman`."""
+
+    dir: Path
+
+    def env(self) -> dict[str, str]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        conf = self.dir / "containers.conf"
+        conf.write_text(PODMAN_CONF)
+        storage = self.dir / "storage.conf"
+        storage.write_text(f'[storage]\ndriver = "overlay"\ngraphroot = "{self.dir / "storage"}"\n'
+                           f'runroot = "{self.dir / "run"}"\n')
+        return {**os.environ, "CONTAINERS_CONF": str(conf),
+                "CONTAINERS_STORAGE_CONF": str(storage)}
+
+    def run(self, *args: str, stdin=None, quiet: bool = False) -> subprocess.CompletedProcess:
+        if shutil.which("podman") is None:
+            raise ImageBuildError("podman not found: run images/install-system.sh "
+                                  "(Debian packages podman buildah debootstrap)")
+        out = subprocess.PIPE if quiet else sys.stderr
+        proc = subprocess.run(["podman", *args], env=self.env(), stdin=stdin, stdout=out,
+                              stderr=subprocess.PIPE if quiet else sys.stderr, text=True)
+        if proc.returncode != 0:
+            detail = (proc.stderr or "").strip().splitlines()[-1:] if quiet else []
+            raise ImageBuildError(f"`podman {' '.join(args[:2])} ...` exited {proc.returncode}"
+                                  + (f": {detail[0]}" if detail else " (see the output above)"))
+        return proc
+
+    def exists(self, ref: str) -> bool:
+        return subprocess.run(["podman", "image", "exists", ref], env=self.env()).returncode == 0
+
+
+def base_ref() -> str:
+    """`chexflow.local/bookworm:<key>`, the key naming the suite, variant and mirror."""
+    key = hashlib.sha256(f"{DEBIAN_SUITE} minbase {DEBIAN_MIRROR}".encode()).hexdigest()[:8]
+    return f"{LOCAL_REGISTRY}/{DEBIAN_SUITE}:{key}"
+
+
+def base_image(podman: Podman) -> str:
+    """The debootstrapped minbase bookworm image (base_ref), made once."""
+    ref = base_ref()
+    if podman.exists(ref):
+        return ref
+    if shutil.which("debootstrap") is None:
+        raise ImageBuildError("debootstrap not found: run images/install-system.sh")
+    print(f">> debootstrap --variant=minbase {DEBIAN_SUITE} -> {ref} (about a minute)",
+          file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(dir=podman.dir, prefix="rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        proc = subprocess.run(["debootstrap", "--variant=minbase", DEBIAN_SUITE, str(rootfs),
+                               DEBIAN_MIRROR], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ImageBuildError(f"debootstrap {DEBIAN_SUITE} failed: "
+                                  f"{(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        podman.run("import", "--change", "CMD [\"/bin/bash\"]", "-", ref, stdin=tar.stdout,
+                   quiet=True)
+        tar.wait()
+    return ref
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    name: str
+    ref: str
+    archive: Path
+    seconds: float
+    cached: bool
+
+
+def build_image(name: str, root: Path = REPO_ROOT) -> BuiltImage:
+    """Build images/<name>/Dockerfile on the Debian base (or reuse the cached archive)."""
+    if name not in DOCKERFILES:
+        raise ImageBuildError(f"unknown image {name!r}: expected one of {', '.join(DOCKERFILES)}")
+    start = time.monotonic()
+    podman = Podman(cache_root() / "podman")
+    args = {BASE_ARG[name]: base_ref(), **EXTRA_ARGS[name]}
+    key = content_key(name, args, root)
+    ref = f"{LOCAL_REGISTRY}/{name}:{key}"
+    images = cache_root() / "images"
+    archive = images / f"{name}-{key}.tar"
+    if archive.exists():
+        return BuiltImage(name, ref, archive, time.monotonic() - start, cached=True)
+    base_image(podman)
+    wheels = cache_root() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    cmd = ["build", "--pull=never", "--network=host", "--layers", "-f",
+           str(root / DOCKERFILES[name]), "-t", ref,
+           # the Horovod wheel `make setup` built, where install-trainer.sh looks for it
+           "-v", f"{wheels}:/var/cache/chexflow/wheels"]
+    for k, v in args.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    cert = os.environ.get("PIP_CERT")
+    if cert and Path(cert).is_file():  # pip behind this machine's TLS-intercepting proxy
+        cmd += ["-v", f"{Path(cert).resolve()}:{BUILD_PIP_CERT}:ro",
+                "--build-arg", f"PIP_CERT={BUILD_PIP_CERT}"]
+    print(f">> podman build {DOCKERFILES[name]} -> {ref}", file=sys.stderr, flush=True)
+    podman.run(*cmd, str(root))
+    images.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    podman.run("save", "--format", "docker-archive", "-o", str(partial), ref, quiet=True)
+    for old in images.glob(f"{name}-*.tar"):
+        old.unlink()
+    partial.rename(archive)
+    return BuiltImage(name, ref, archive, time.monotonic() - start, cached=False)
+
+
+def base_archive() -> BuiltImage:
+    """The Debian base image itself as a docker archive (a small image for plain pods)."""
+    start = time.monotonic()
+    ref = base_ref()
+    images = cache_root() / "images"
+    archive = images / f"{DEBIAN_SUITE}-{ref.rsplit(':', 1)[1]}.tar"
+    if archive.exists():
+        return BuiltImage(DEBIAN_SUITE, ref, archive, time.monotonic() - start, cached=True)
+    podman = Podman(cache_root() / "podman")
+    base_image(podman)
+    images.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_suffix(".partial")
+    podman.run("save", "--format", "docker-archive", "-o", str(partial), ref, quiet=True)
+    partial.rename(archive)
+    return BuiltImage(DEBIAN_SUITE, ref, archive, time.monotonic() - start, cached=False)

@@ -1,0 +1,58 @@
+"""The image build's cache key covers exactly what the build context sends."""
+
+from __future__ import annotations
+
+import pytest
+
+from chexflow.imagebuild import build
+from chexflow.imagebuild.commands import cmd_build
+
+
+def _tree(root):
+    (root / "images" / "trainer").mkdir(parents=True)
+    (root / "images" / "trainer" / "Dockerfile").write_text("FROM x\n")
+    (root / "chexflow").mkdir()
+    (root / "chexflow" / "a.py").write_text("A = 1\n")
+    (root / "runs").mkdir()
+    (root / "runs" / "out.txt").write_text("x")
+    (root / "pkg" / "build").mkdir(parents=True)
+    (root / "pkg" / "build" / "go.mod").write_text("module m\n")
+    (root / "chexflow" / "__pycache__").mkdir()
+    (root / "chexflow" / "__pycache__" / "a.pyc").write_text("")
+    (root / ".dockerignore").write_text("# comment\n.git\nruns\nbuild\n**/__pycache__\n")
+
+
+def test_context_files_follow_dockerignore(tmp_path):
+    _tree(tmp_path)
+    assert build.context_files(tmp_path) == [
+        ".dockerignore", "chexflow/a.py", "images/trainer/Dockerfile", "pkg/build/go.mod"]
+
+
+def test_content_key_changes_with_sources_and_arguments_only(tmp_path):
+    _tree(tmp_path)
+    args = {"CUDA_IMAGE": "chexflow.local/bookworm:1"}
+    key = build.content_key("trainer", args, tmp_path)
+    (tmp_path / "runs" / "out.txt").write_text("changed")
+    assert build.content_key("trainer", args, tmp_path) == key
+    assert build.content_key("trainer", {"CUDA_IMAGE": "other"}, tmp_path) != key
+    (tmp_path / "chexflow" / "a.py").write_text("A = 2\n")
+    assert build.content_key("trainer", args, tmp_path) != key
+
+
+def test_cached_archive_is_reused_without_podman(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHEXFLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "base_image", lambda podman: pytest.fail("rebuilt the base"))
+    key = build.content_key("launcher", {"PYTHON_IMAGE": build.base_ref()})
+    archive = tmp_path / "cache" / "images" / f"launcher-{key}.tar"
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"archive")
+    image = build.build_image("launcher")
+    assert image.cached and image.archive == archive
+    assert image.ref == f"chexflow.local/launcher:{key}"
+
+
+def test_unknown_image_name_is_one_clear_error():
+    import argparse
+
+    with pytest.raises(build.ImageBuildError, match="unknown image.*expected trainer or launcher"):
+        cmd_build(argparse.Namespace(names=["trainr"], load=False, dir=None))
