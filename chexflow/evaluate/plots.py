@@ -102,7 +102,7 @@ def history_figure(history: list[dict[str, Any]]):
     epochs, values = _series(history, "lr")
     lr.plot(epochs, values, marker="o", color="tab:purple")
     lr.set(title="Learning rate", xlabel="epoch")
-    if values and min(values) > 0:
+    if values and min(values) > 0 and max(values) / min(values) > 5:  # e.g. after plateaus
         lr.set_yscale("log")
     for ax in (loss, auroc, lr):
         ax.grid(alpha=0.3)
