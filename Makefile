@@ -37,7 +37,9 @@ cluster-up: setup-cluster
 cluster-down:
 	$(CONTROL)/bin/chexflow cluster down
 
-# The main job: the chexnet-train pipeline run locally (kfp.local) on a generated dataset.
+# The main job: the chexnet-train pipeline run locally (kfp.local) on 400 generated images:
+# DenseNet-121, 2 Horovod workers, 6 epochs (chexflow/pipelines/local_run.py LOCAL_DEFAULTS);
+# prints a line per step and ends with the mean test AUROC beside CheXNet's.
 demo: setup
 	$(CONTROL)/bin/chexflow run chexnet-train --out $(DEMO_OUT)
 
