@@ -44,14 +44,18 @@ def build(default_trainer_image: str | None = None):
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
                           data_pvc)
         with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
-            # raw_dir, not prep's output: see chexflow.components.steps.training_data
+            # raw_dir, not prep's output, and a target made in the loop: kfp.local 2.17 hands a
+            # loop body the loop item in place of an output from outside the loop (see
+            # chexflow.components.steps.training_data)
+            loop_target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
+                                     timeout_seconds).output
             train = on_cluster(train_op(
                 data_dir=raw_dir, workers=workers, model=model, epochs=epochs,
                 batch_size=batch_size, lr=1e-3, image_size=image_size, weights="none",
                 steps_per_epoch=steps_per_epoch, validation_steps=1,
                 synthetic_data=synthetic_data, seed=0, gpus_per_worker=gpus_per_worker,
                 cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker,
-                target=target, hparams_json="",
+                target=loop_target, hparams_json="",
             ), data_pvc).after(prep)
         on_cluster(scaling_report_op(
             summaries=dsl.Collected(train.outputs["summary"]), target=target,
