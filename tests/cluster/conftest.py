@@ -15,6 +15,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,42 @@ def k8s_namespace(k8s_api, request) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def trainer_image(k8s_cluster) -> str:
+    """images/trainer/Dockerfile built on the Debian base (cached by content in
+    ~/.cache/chexflow/images) and loaded into the real node's containerd."""
+    from chexflow.imagebuild.build import build_image
+    from chexflow.localcluster.realnode import RealNode
+
+    image = build_image("trainer")
+    RealNode(k8s_cluster.state_dir).import_image(image.archive)
+    return image.ref
+
+
+@pytest.fixture
+def real_namespace(k8s_api, k8s_namespace, tmp_path) -> Iterator[tuple[str, Path]]:
+    """A namespace whose pods all run on the real node (namespace annotations), with a
+    PersistentVolumeClaim `data` bound to a hostPath volume of a fresh host folder (returned)."""
+    from kubernetes import client
+
+    from chexflow.localcluster.realnode import namespace_annotations
+
+    core = client.CoreV1Api(k8s_api)
+    core.patch_namespace(k8s_namespace, {"metadata": {"annotations": namespace_annotations()}})
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o777)  # the image's user (uid 1000) writes here
+    pv = f"{k8s_namespace}-data"
+    core.create_persistent_volume({
+        "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                 "storageClassName": "", "hostPath": {"path": str(data), "type": "Directory"},
+                 "claimRef": {"namespace": k8s_namespace, "name": "data"}}})
+    core.create_namespaced_persistent_volume_claim(k8s_namespace, {
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    yield k8s_namespace, data
+    core.delete_persistent_volume(pv)
