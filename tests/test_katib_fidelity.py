@@ -461,3 +461,20 @@ def test_cluster_mode_checks_only_katibs_rules(tmp_path: Path):
     proc = run_chexflow("tune", write(tmp_path, d), "--cluster", "--state", tmp_path / "s",
                         env={"KUBECONFIG": str(tmp_path / "none")}, check=False)
     assert "no Kubernetes configuration" in one_error_line(proc)
+
+
+def test_a_file_collector_reads_only_the_current_attempts_file(tmp_path: Path):
+    d = example("random")
+    d["spec"].update(metricsCollectorSpec={"collector": {"kind": "File"}}, maxTrialCount=1,
+                     parallelTrialCount=1, maxFailedTrialCount=1)
+    exp = parse_experiment(d, "random.yaml")
+    cmd = "echo loss=1 >> /var/log/katib/metrics.log"
+    state = open_state(tmp_path / "s", exp.name, exp.fingerprint(), exp.raw, cmd, 3)
+    runner = LocalRunner(exp, state, cmd, progress=False, echo=lambda line: None)
+    rec = runner.suggest(1)[0]
+    stale = runner.trial_dir(rec) / "metrics" / "metrics.log"  # left by an interrupted attempt
+    stale.parent.mkdir()
+    stale.write_text("loss=99\n")
+    assert runner.run()["reason"] == "ExperimentMaxTrialsReached"
+    assert (rec.status, rec.logs) == ("Succeeded", {"loss": [1.0]})
+    assert stale.read_text() == "loss=1\n"

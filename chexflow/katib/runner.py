@@ -24,6 +24,7 @@ import ctypes
 import os
 import queue
 import secrets
+import shutil
 import signal
 import subprocess
 import threading
@@ -222,6 +223,12 @@ class LocalRunner:
         local.mkdir(exist_ok=True)
         return folder, local
 
+    def _empty_metrics_dir(self, rec: TrialRecord) -> None:
+        """A new attempt starts with an empty collector folder (Katib: a new pod's own one)."""
+        local = self.trial_dir(rec) / "metrics"
+        if local.is_dir():
+            shutil.rmtree(local)
+
     def collected_path(self, rec: TrialRecord) -> Path:
         """The local file (File) or folder (TensorFlowEvent) the collector reads."""
         folder, local = self.collector_paths(rec)
@@ -268,6 +275,7 @@ class LocalRunner:
             self.state.save()
 
     def launch(self, rec: TrialRecord) -> None:
+        self._empty_metrics_dir(rec)
         cmd, extra_env = self.command_for(rec)
         env = {**os.environ, **extra_env, TRIAL_ENV: rec.name,
                "CHEXFLOW_KATIB_EXPERIMENT": self.exp.name}
