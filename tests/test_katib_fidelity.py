@@ -478,3 +478,12 @@ def test_a_file_collector_reads_only_the_current_attempts_file(tmp_path: Path):
     assert runner.run()["reason"] == "ExperimentMaxTrialsReached"
     assert (rec.status, rec.logs) == ("Succeeded", {"loss": [1.0]})
     assert stale.read_text() == "loss=1\n"
+
+
+def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path: Path):
+    d = example("random")
+    d["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "TensorFlowEvent"}}
+    tune(write(tmp_path, d), tmp_path / "s", "--trial-command", "echo loss=1", *budget(1),
+         check=False)
+    trial = read_json(tmp_path / "s" / "results.json")["trials"][0]
+    assert trial["status"] == "MetricsUnavailable" and trial["metric_logs"] == {}
