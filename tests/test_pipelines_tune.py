@@ -84,6 +84,7 @@ def test_tuned_parameter_without_a_train_option_is_refused():
 
 @pytest.mark.trainer
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # 3 DenseNet trainings: 15 min on 2 cores shared with other work
 def test_tune_then_train_runs_locally_end_to_end_on_the_pipelines_data(tmp_path, nih_tfrecords):
     """The README's `chexflow run tune-then-train --katib-spec katib/specs/chexnet-random.yaml`
     with tiny settings: the trials train on the pipeline's data (not an empty volume) with the
@@ -93,7 +94,7 @@ def test_tune_then_train_runs_locally_end_to_end_on_the_pipelines_data(tmp_path,
                  "--trial-arg", "steps-per-epoch=2", "--trial-arg", "validation-steps=1"]
     run_chexflow("run", "tune-then-train", "--katib-spec", SPEC, "--data", nih_tfrecords,
                  "--out", tmp_path, "--image-size", 64, "--epochs", 1, "--steps-per-epoch", 2,
-                 "--bootstrap", 20, "--param", "tune_args=" + json.dumps(tune_args), timeout=1500)
+                 "--bootstrap", 20, "--param", "tune_args=" + json.dumps(tune_args), timeout=2300)
     (run_dir,) = tmp_path.glob("tune-then-train-*")
     summary = json.loads((run_dir / "summary.json").read_text())
     (state,) = Path(summary["work_dir"]).glob("*/tune/state.json")
