@@ -11,12 +11,14 @@ import hashlib
 import multiprocessing
 import os
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from chexflow.data.pixels import ImageRejected, load_greyscale
-from chexflow.data.records import Record, Rejection
+from chexflow.data.records import DataError, Record, Rejection
 
 
 @dataclass
@@ -85,14 +87,25 @@ def as_os_error(message: str) -> OSError:
 
 
 def decoded_stream(records: list[Record], size: int, workers: int) -> Iterator[Decoded]:
-    """Decode records in order, in `workers` spawned processes (inline when workers <= 1)."""
+    """Decode records in order, in `workers` spawned processes (inline when workers <= 1).
+
+    A worker that dies (killed, out of memory) ends the run with one line; with
+    multiprocessing.Pool the run would wait forever for the images that worker held.
+    """
     fn = partial(decode, size=size)
     if workers <= 1:
         yield from map(fn, records)
         return
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(workers) as pool:
-        yield from pool.imap(fn, records, chunksize=8)
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        yield from pool.map(fn, records, chunksize=8)
+    except BrokenProcessPool:
+        raise DataError(
+            "a process decoding images died (killed, or out of memory); nothing was written "
+            "to --out; rerun, with fewer --workers if memory is short"
+        ) from None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def write_shards(
