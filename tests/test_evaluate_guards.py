@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from chexflow.data.manifest import Manifest
+from chexflow.evaluate.record import ModelMismatch, check_model_fits
 from chexflow.runlock import acquire
 from tests.conftest import read_json, run_chexflow
 
@@ -145,3 +147,28 @@ def test_split_without_images_is_refused_by_evaluate_and_train(tiny_run, nih32, 
         f"chexflow train: error: {data}/manifest.json: split 'train' has no images; nothing to "
         f"train on"]
     assert not (tmp_path / "run").exists()
+
+
+def _record(folder: Path, **fields) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run.json").write_text(json.dumps({"model": "resnet50", "image_size": 32, **fields}))
+    return folder / "best_model.keras"
+
+
+def test_run_record_check_names_order_count_and_older_records(tmp_path):
+    data = Manifest(tmp_path / "d", ("a", "b", "c"), 32, {}, {})
+    check_model_fits(_record(tmp_path / "same", classes=["a", "b", "c"]), data)
+    check_model_fits(tmp_path / "no-record" / "model.keras", data)  # shape checks only
+    with pytest.raises(ModelMismatch, match=r"class 1 is 'b' there and 'a' in .*/d/manifest"
+                                            r"\.json \(the same names in another order\)"):
+        check_model_fits(_record(tmp_path / "order", classes=["b", "a", "c"]), data)
+    with pytest.raises(ModelMismatch, match=r"2 classes there, 3 in .*/d/manifest\.json"):
+        check_model_fits(_record(tmp_path / "fewer", classes=["a", "b"]), data)
+    # a record written before runs kept their classes: the classes of the data it names
+    older = tmp_path / "older-data"
+    older.mkdir()
+    (older / "manifest.json").write_text(json.dumps({
+        "classes": ["x", "b", "c"], "image_size": 32,
+        "splits": {s: {"shards": []} for s in ("train", "val", "test")}}))
+    with pytest.raises(ModelMismatch, match="class 1 is 'x' there and 'a' in"):
+        check_model_fits(_record(tmp_path / "older", data=str(older)), data)
