@@ -168,14 +168,20 @@ def test_killed_run_leaves_output_intact_and_next_run_cleans_up(synth40, previou
     assert json.loads((previous / "manifest.json").read_text())["plan_only"] is True
 
 
-def test_run_killed_during_the_swap_is_finished_by_the_next_run(synth40, previous, tmp_path):
-    """SIGKILL injected (strace) at the rename that would put the new manifest.json in place:
-    the old manifest and shards are gone, the new CSVs are in, the new manifest is staged."""
+@pytest.mark.parametrize("fault", ["signal=KILL", "error=ENOSPC"])
+def test_swap_cut_short_is_finished_by_the_next_run(synth40, previous, fault):
+    """SIGKILL or ENOSPC injected (strace) into the rename that would put the new manifest.json
+    in place: the old manifest and shards are gone, the new CSVs are in, the new manifest is
+    staged; the staging folder is kept and the next run finishes the swap."""
     new_manifest = previous / "manifest.json"
     staging = staging_dir(previous)
-    proc = run_with_fault(staging / "manifest.json", "rename,renameat,renameat2", "signal=KILL",
+    proc = run_with_fault(staging / "manifest.json", "rename,renameat,renameat2", fault,
                           *args(synth40, previous, "--overwrite", "--plan-only", "--seed", 9))
-    assert proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), proc
+    if fault == "signal=KILL":
+        assert proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), proc
+    else:
+        one_line_error(proc, f"{staging / 'manifest.json'}: No space left on device (ENOSPC); "
+                       f"while moving the new outputs into --out: they stay in {staging}")
     assert not new_manifest.exists() and (staging / "manifest.json").exists()
     staged = (staging / "manifest.json").read_bytes()
     proc = run_chexflow(*args(synth40, previous, "--plan-only"), check=False)

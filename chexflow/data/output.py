@@ -143,10 +143,11 @@ class StagedOutput:
         self._swap()
 
     def _swap(self) -> None:
-        """Carry out the staged plan; safe to repeat after a kill at any point of it."""
+        """Carry out the staged plan; safe to repeat after a kill or a fault at any point of it
+        (a failed swap keeps the staging folder, and the next run finishes it)."""
         plan = json.loads((self.dir / PLAN).read_text())
         added = sorted(plan["add"], key=lambda rel: rel == MANIFEST)  # the manifest last
-        with faults.reported(self.out):
+        try:
             if (self.dir / MANIFEST).exists():  # not moved yet: OUT's manifest is the old one
                 (self.out / MANIFEST).unlink(missing_ok=True)
             for rel in set(plan["remove"]) - set(added):
@@ -159,6 +160,11 @@ class StagedOutput:
                 folder = self.out / split
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
+        except faults.FAULTS as e:
+            raise DataError(
+                f"{faults.error(self.out, e)}; while moving the new outputs into --out: they "
+                f"stay in {self.dir}, and the next run with this --out finishes moving them"
+            ) from None
         self._remove_staging()
 
     def _recover(self) -> None:
@@ -186,9 +192,10 @@ class StagedOutput:
             shutil.rmtree(self.dir)
 
     def _close(self, failed: bool) -> None:
-        """Remove the staging folder of a failed run, and an OUT this run created; unlock."""
+        """Remove the staging folder of a failed run (unless its swap had begun: the next run
+        finishes that), and an OUT this run created; unlock."""
         with self._stack:
-            if failed and self._staged and self.dir.exists():
+            if failed and self._staged and self.dir.exists() and not (self.dir / PLAN).exists():
                 self._remove_staging()
             if failed and self._created_out:
                 (self.out / LOCK_FILE).unlink(missing_ok=True)
