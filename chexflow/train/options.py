@@ -9,7 +9,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from chexflow.errors import ChexflowError
 
@@ -128,8 +128,13 @@ class TrainOptions:
         return [python, "-m", WORKER_MODULE, *self.to_argv()]
 
 
-def add_train_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup, launcher: bool,
-                        skip: tuple[str, ...] = ()) -> None:
+class ArgumentAdder(Protocol):
+    """An argparse parser or argument group."""
+
+    def add_argument(self, *names: str, **kwargs: Any) -> Any: ...
+
+
+def add_train_arguments(p: ArgumentAdder, launcher: bool, skip: tuple[str, ...] = ()) -> None:
     """The TrainOptions as options of `p` (less `skip`); `launcher` adds those of the local
     Horovod launcher."""
     for f in dataclasses.fields(TrainOptions):
