@@ -10,6 +10,7 @@ import yaml
 from chexflow.jobs import JobSpec, JobSpecError, Volume
 from chexflow.jobs.render import render_batch_job, render_mpijob
 from chexflow.jobs.schema import SchemaError, validate_mpijob
+from chexflow.jobs.spec import ClusterOptions
 from chexflow.reference import reference_dir
 from tests.conftest import run_chexflow
 
@@ -32,7 +33,7 @@ def test_rendered_mpijob_validates_and_has_the_cluster_fields():
     s = obj["spec"]
     assert s["slotsPerWorker"] == 2
     assert s["runPolicy"] == {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 3600,
-                              "activeDeadlineSeconds": 7200, "backoffLimit": 0}
+                              "activeDeadlineSeconds": 7200, "backoffLimit": 2}
     launcher = s["mpiReplicaSpecs"]["Launcher"]
     worker = s["mpiReplicaSpecs"]["Worker"]
     assert launcher["replicas"] == 1 and worker["replicas"] == 4
@@ -112,3 +113,128 @@ def test_cli_render_prints_a_valid_mpijob(tmp_path):
     assert "valid against" in proc.stderr
     bad = run_chexflow("mpijob", "render", "--name", "Bad_Name", "--", "true", check=False)
     assert bad.returncode == 2 and "name must be lowercase" in bad.stderr
+
+
+def pods(obj: dict) -> dict[str, dict]:
+    """role -> pod template spec (launcher, worker; main for a batch Job)."""
+    if obj["kind"] == "Job":
+        return {"main": obj["spec"]["template"]}
+    return {r.lower(): t["template"] for r, t in obj["spec"]["mpiReplicaSpecs"].items()}
+
+
+def test_every_pod_runs_as_the_images_numeric_user_without_an_istio_sidecar():
+    for obj in (render_mpijob(spec()), render_batch_job(spec(workers=1, horovod=False))):
+        for role, tmpl in pods(obj).items():
+            assert tmpl["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}, role
+            ctx = tmpl["spec"]["containers"][0]["securityContext"]
+            assert ctx == {"runAsUser": 1000, "runAsNonRoot": True}, role
+
+
+def test_launcher_is_retried_on_failure_and_a_batch_job_is_not():
+    obj = render_mpijob(spec())
+    replicas = obj["spec"]["mpiReplicaSpecs"]
+    assert replicas["Launcher"]["restartPolicy"] == "OnFailure"
+    assert replicas["Worker"]["restartPolicy"] == "Never"
+    assert obj["spec"]["runPolicy"]["backoffLimit"] == 2
+    assert render_mpijob(spec(backoff_limit=0))["spec"]["runPolicy"]["backoffLimit"] == 0
+    assert render_batch_job(spec(workers=1, horovod=False))["spec"]["backoffLimit"] == 0
+    with pytest.raises(JobSpecError, match="backoff_limit must be >= 0"):
+        spec(backoff_limit=-1)
+
+
+def test_worker_requests_grow_with_gpus_and_with_ranks_without_gpus():
+    def requests(**kw) -> dict:
+        worker = pods(render_mpijob(spec(**kw)))["worker"]["spec"]["containers"][0]
+        assert worker["resources"]["limits"]["cpu"] == worker["resources"]["requests"]["cpu"]
+        return worker["resources"]["requests"]
+
+    auto = {"cpu": "", "memory": ""}
+    assert requests(**auto, gpus_per_worker=8) == {"cpu": "32", "memory": "128Gi"}
+    assert requests(**auto, gpus_per_worker=1) == {"cpu": "4", "memory": "16Gi"}
+    assert requests(**auto, gpus_per_worker=8, cpu_per_gpu="1500m", memory_per_gpu="10Gi") == \
+        {"cpu": "12000m", "memory": "80Gi"}
+    assert requests(**auto, gpus_per_worker=0, slots_per_worker=4) == {"cpu": "4", "memory": "8Gi"}
+    assert requests(**auto, gpus_per_worker=0) == {"cpu": "1", "memory": "2Gi"}
+    assert requests(cpu="6", memory="20Gi", gpus_per_worker=8) == {"cpu": "6", "memory": "20Gi"}
+    with pytest.raises(JobSpecError, match="cpu_per_gpu 'lots' is not a Kubernetes quantity"):
+        spec(cpu_per_gpu="lots")
+
+
+def test_slots_per_worker_apart_from_gpus_sets_mpirun_ranks():
+    obj = render_mpijob(spec(gpus_per_worker=0, slots_per_worker=3, workers=2))
+    validate_mpijob(obj, CRD)
+    assert obj["spec"]["slotsPerWorker"] == 3
+    assert pods(obj)["launcher"]["spec"]["containers"][0]["command"][:3] == ["mpirun", "-np", "6"]
+    assert "nvidia.com/gpu" not in pods(obj)["worker"]["spec"]["containers"][0]["resources"][
+        "limits"]
+    assert render_mpijob(spec(gpus_per_worker=4))["spec"]["slotsPerWorker"] == 4
+
+
+def test_cluster_options_reach_every_pod_and_gpu_pods_tolerate_the_gpu_taint():
+    options = ClusterOptions(
+        node_selector={"cloud.google.com/gke-accelerator": "nvidia-tesla-a100"},
+        tolerations=[{"key": "dedicated", "operator": "Equal", "value": "ml",
+                      "effect": "NoSchedule"}],
+        priority_class="training-high", image_pull_secrets=["regcred"], run_as_user=1234,
+    )
+    gpu_tol = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    for obj in (render_mpijob(spec(), options=options),
+                render_batch_job(spec(workers=1, horovod=False, gpus_per_worker=1),
+                                 options=options)):
+        if obj["kind"] == "MPIJob":
+            validate_mpijob(obj, CRD)
+            assert "schedulingPolicy" not in obj["spec"]["runPolicy"]
+        for role, tmpl in pods(obj).items():
+            pod = tmpl["spec"]
+            assert pod["nodeSelector"] == options.node_selector
+            assert pod["priorityClassName"] == "training-high"
+            assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+            assert pod["containers"][0]["securityContext"]["runAsUser"] == 1234
+            expected = [*([] if role == "launcher" else [gpu_tol]), *options.tolerations]
+            assert pod["tolerations"] == expected, role
+    assert "tolerations" not in pods(render_mpijob(spec(gpus_per_worker=0)))["worker"]["spec"]
+
+
+def test_gang_scheduling_sets_run_policy_scheduling_policy():
+    plain = render_mpijob(spec(workers=4), options=ClusterOptions(gang_scheduling=True))
+    validate_mpijob(plain, CRD)
+    assert plain["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 5}
+    options = ClusterOptions(gang_scheduling=True, queue="research", min_available=3,
+                             priority_class="training-high")
+    obj = render_mpijob(spec(workers=4), options=options)
+    validate_mpijob(obj, CRD)
+    assert obj["spec"]["runPolicy"]["schedulingPolicy"] == {
+        "minAvailable": 3, "queue": "research", "priorityClass": "training-high"}
+    with pytest.raises(JobSpecError, match="set gang_scheduling too"):
+        ClusterOptions(queue="research")
+
+
+def test_cli_flags_appear_where_mpi_operator_reads_them():
+    proc = run_chexflow(
+        "mpijob", "render", "--name", "flags", "--workers", 2, "--gpus-per-worker", 8,
+        "--slots-per-worker", 8, "--cpu-per-gpu", 6, "--memory-per-gpu", "24Gi",
+        "--node-selector", "nvidia.com/gpu.product=A100", "--node-selector", "pool=train",
+        "--toleration", "dedicated=ml:NoSchedule", "--toleration", "spot:NoExecute",
+        "--priority-class", "high", "--image-pull-secret", "regcred", "--gang-scheduling",
+        "--queue", "research", "--backoff-limit", 4, "--run-as-user", 1001,
+        "--validate", CRD, "--", "chexflow", "train",
+    )
+    obj = yaml.safe_load(proc.stdout)
+    run_policy = obj["spec"]["runPolicy"]
+    assert run_policy["backoffLimit"] == 4
+    assert run_policy["schedulingPolicy"] == {"minAvailable": 3, "queue": "research",
+                                              "priorityClass": "high"}
+    assert obj["spec"]["slotsPerWorker"] == 8
+    worker = pods(obj)["worker"]["spec"]
+    assert worker["nodeSelector"] == {"nvidia.com/gpu.product": "A100", "pool": "train"}
+    assert worker["tolerations"][1:] == [
+        {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+        {"key": "spot", "operator": "Exists", "effect": "NoExecute"}]
+    assert worker["priorityClassName"] == "high"
+    assert worker["imagePullSecrets"] == [{"name": "regcred"}]
+    assert worker["containers"][0]["resources"]["requests"] == {"cpu": "48", "memory": "192Gi"}
+    assert worker["containers"][0]["securityContext"] == {"runAsUser": 1001,
+                                                          "runAsNonRoot": True}
+    bad = run_chexflow("mpijob", "render", "--name", "x", "--toleration", "gpu:Sometimes", "--",
+                       "true", check=False)
+    assert bad.returncode == 2 and "expected KEY[=VALUE]:EFFECT" in bad.stderr

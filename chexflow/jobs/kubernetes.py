@@ -1,5 +1,9 @@
 """The kubernetes backend: create an MPIJob (Horovod jobs) or a batch Job, wait until it has
 Succeeded or Failed, raise with the launcher pod's log tail on failure, then delete or keep it.
+A launcher attempt that fails and is retried (runPolicy.backoffLimit) is reported as it happens,
+and its log kept: the Job controller deletes an OnFailure pod when it gives up.
+Stopping the process (SIGTERM: a KFP run terminated, a pod deleted; Ctrl-C) deletes the job with
+its pods (propagation Background) before it exits: nothing keeps running.
 
 Uses the official client: CustomObjectsApi (kubeflow.org/v2beta1 mpijobs), BatchV1Api (jobs),
 CoreV1Api (pods, pod logs, events). 409 Conflict adopts the job when it is the same spec (a
@@ -8,11 +12,14 @@ retried pipeline step) and refuses otherwise; 429/5xx and connection errors are 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from chexflow.errors import ChexflowError
@@ -25,7 +32,7 @@ from chexflow.jobs.render import (
     render,
 )
 from chexflow.jobs.result import JobResult
-from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
+from chexflow.jobs.spec import ClusterOptions, JobCancelled, JobFailed, JobSpec, JobTimeout
 from chexflow.kube import KubernetesError, finished_condition, load_api_client
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
@@ -39,6 +46,29 @@ LOG_TAIL_LINES = 60
 
 class JobUnschedulable(JobFailed):
     """The job's pods stayed unschedulable (e.g. more GPUs per worker than any node has)."""
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived (a BaseException, so no `except Exception` on the way swallows it)."""
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While inside, SIGTERM raises _Terminated in the main thread (once: a second SIGTERM is
+    ignored while the job is being deleted); the previous handler is restored afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def spec_hash(obj: dict[str, Any]) -> str:
@@ -59,6 +89,7 @@ class KubernetesBackend:
         image: str | None = None,
         service_account: str | None = None,
         clean_pod_policy: str = "Running",
+        options: ClusterOptions | None = None,
         retries: int = 5,
         stream: TextIO | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -78,6 +109,8 @@ class KubernetesBackend:
         self.image = image
         self.service_account = service_account
         self.clean_pod_policy = clean_pod_policy
+        self.options = options or ClusterOptions()
+        self._failed_attempts: dict[str, str] = {}  # pod/attempt -> its log tail
         self.retries = retries
         self.stream = stream or sys.stdout
         self.sleep = sleep
@@ -85,7 +118,8 @@ class KubernetesBackend:
 
     # --- public ---------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"image": self.image, "service_account": self.service_account}
+        kwargs: dict[str, Any] = {"image": self.image, "service_account": self.service_account,
+                                  "options": self.options}
         if spec.horovod:
             kwargs["clean_pod_policy"] = self.clean_pod_policy
         obj = render(spec, self.namespace, **kwargs)
@@ -96,19 +130,30 @@ class KubernetesBackend:
         obj = self.render(spec)
         kind = obj["kind"]
         start = self.clock()
-        self.create(obj)
-        try:
-            cond = self.wait(obj, spec.timeout_seconds + SCHEDULING_GRACE_SECONDS)
-        except JobFailed:  # timed out, or could not be scheduled
-            self.delete(kind, spec.name)
-            raise
-        except BaseException:
-            # Interrupted (Ctrl-C, pipeline cancelled): do not leave the job running.
-            self._log(spec.name, f"interrupted: deleting {kind}/{spec.name}")
-            self.delete(kind, spec.name)
-            raise
+        self._failed_attempts = {}
+        with sigterm_raises():
+            try:
+                self.create(obj)
+                cond = self.wait(obj, spec.timeout_seconds + SCHEDULING_GRACE_SECONDS)
+            except JobFailed:  # timed out, or could not be scheduled
+                self.delete(kind, spec.name)
+                raise
+            except _Terminated:
+                self._log(spec.name, f"SIGTERM: deleting {kind}/{spec.name}")
+                self.delete(kind, spec.name)
+                raise JobCancelled(
+                    f"stopped by SIGTERM: deleted {kind} {self.namespace}/{spec.name} and its "
+                    f"pods"
+                ) from None
+            except BaseException:
+                # Interrupted (Ctrl-C) or broken: do not leave the job running.
+                self._log(spec.name, f"interrupted: deleting {kind}/{spec.name}")
+                self.delete(kind, spec.name)
+                raise
         wall = self.clock() - start
         tail = self.log_tail(kind, spec.name)
+        if not tail.strip() and self._failed_attempts:  # the last attempt's pod is gone
+            tail = list(self._failed_attempts.values())[-1]
         if cond["type"] == "Failed":
             events = self.events(spec.name)
             if self.delete_policy == "always":
@@ -187,7 +232,9 @@ class KubernetesBackend:
             cond = finished_condition(conditions, kind)
             if cond is not None:
                 return cond
-            why = self.unschedulable(kind, name)
+            pods = self.pods(kind, name)
+            why = _unschedulable(pods)
+            self.note_failed_attempts(kind, name, pods)
             if why and unschedulable_since is None:
                 unschedulable_since = self.clock()
                 self._log(name, f"cannot be scheduled yet: {why}")
@@ -208,23 +255,52 @@ class KubernetesBackend:
                 )
             self.sleep(self.poll_seconds)
 
-    def unschedulable(self, kind: str, name: str) -> str | None:
-        """The scheduler's message for a pod of the job it cannot place (PodScheduled False,
-        reason Unschedulable), or None."""
+    def pods(self, kind: str, name: str) -> list:
+        """The job's pods (launcher and workers), or none when the API does not answer."""
         from kubernetes.client.rest import ApiException
 
         selector = f"{JOB_NAME_LABEL}={name}" if kind == "MPIJob" else f"job-name={name}"
         try:
-            pods = self._call(
+            return self._call(
                 self.core.list_namespaced_pod, self.namespace, label_selector=selector
-            )
+            ).items
         except ApiException:
-            return None
-        for pod in pods.items:
-            for c in (pod.status.conditions if pod.status else None) or []:
-                if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-                    return f"pod {pod.metadata.name}: {c.message}"
-        return None
+            return []
+
+    def note_failed_attempts(self, kind: str, name: str, pods: list) -> None:
+        """Report each launcher (or Job pod) attempt that failed, once, and keep its log tail:
+        a pod that failed (restartPolicy Never) or a container the kubelet restarted
+        (OnFailure, whose pod the Job controller deletes when the backoff limit is reached)."""
+        from kubernetes.client.rest import ApiException
+
+        container = "launcher" if kind == "MPIJob" else "main"
+        for pod in pods:
+            if (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL, "launcher") != "launcher":
+                continue
+            for status in (pod.status.container_statuses if pod.status else None) or []:
+                if status.name != container:
+                    continue
+                ended = []  # (attempt in this pod, how it ended, from the previous container)
+                if status.last_state and status.last_state.terminated:
+                    ended.append((status.restart_count, status.last_state.terminated, True))
+                if pod.status.phase == "Failed" and status.state and status.state.terminated:
+                    ended.append((status.restart_count + 1, status.state.terminated, False))
+                for attempt, how, previous in ended:
+                    key = f"{pod.metadata.name}/{attempt}"
+                    if key in self._failed_attempts:
+                        continue
+                    try:
+                        tail = self._call(
+                            self.core.read_namespaced_pod_log, pod.metadata.name,
+                            self.namespace, container=container, tail_lines=LOG_TAIL_LINES,
+                            previous=previous,
+                        )
+                    except ApiException:
+                        tail = ""
+                    self._failed_attempts[key] = tail
+                    self._log(name, f"attempt {len(self._failed_attempts)} failed in pod "
+                                    f"{pod.metadata.name} (exit code {how.exit_code}: "
+                                    f"{how.reason or 'Error'})")
 
     def log_tail(self, kind: str, name: str) -> str:
         """The last lines of the launcher pod's log (MPIJob) or the job pod's log."""
@@ -309,6 +385,16 @@ class KubernetesBackend:
 
     def _log(self, name: str, message: str) -> None:
         print(f"[{name}] {message}", file=self.stream, flush=True)
+
+
+def _unschedulable(pods: list) -> str | None:
+    """The scheduler's message for a pod of the job it cannot place (PodScheduled False,
+    reason Unschedulable), or None."""
+    for pod in pods:
+        for c in (pod.status.conditions if pod.status else None) or []:
+            if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                return f"pod {pod.metadata.name}: {c.message}"
+    return None
 
 
 def _latest_condition(conditions: list[dict[str, Any]]) -> str | None:

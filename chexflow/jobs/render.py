@@ -1,9 +1,13 @@
 """Render a JobSpec as a Kubernetes object: an MPIJob (kubeflow.org/v2beta1, mpi-operator v0.8)
 for Horovod jobs, a batch/v1 Job for single-process steps.
 
-MPIJob layout: the launcher (no GPU) runs `mpirun -np WORKERS*SLOTS ... COMMAND`; workers run sshd
-(the operator wires ssh keys and /etc/mpi/hostfile) and get `nvidia.com/gpu` = slotsPerWorker.
-The trainer image runs as a non-root user with sshd on port 2222 (sshAuthMountPath below).
+MPIJob layout: the launcher (no GPU) runs `mpirun -np WORKERS*SLOTS ... COMMAND` and is retried
+on failure (restartPolicy OnFailure, runPolicy.backoffLimit); workers run sshd (the operator wires
+ssh keys and /etc/mpi/hostfile) and get `nvidia.com/gpu` = the JobSpec's GPUs, with a toleration
+of that taint. Every container runs as the images' numeric user (runAsUser, runAsNonRoot: as
+mpi-operator's examples), and every pod is annotated `sidecar.istio.io/inject: "false"` (Kubeflow
+profile namespaces inject Istio, and a launcher with a sidecar never completes). ClusterOptions
+add node selector, tolerations, priority class, image pull secrets and gang scheduling.
 The data PVC is mounted in launcher and workers; /dev/shm is a memory emptyDir of `shm_size`.
 """
 
@@ -12,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from chexflow.container_images import launcher_image, trainer_image
-from chexflow.jobs.spec import JobSpec
+from chexflow.jobs.spec import ClusterOptions, JobSpec
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
 MPIJOB_GROUP, MPIJOB_VERSION, MPIJOB_PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
@@ -22,6 +26,12 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "chexflow"}
 SHM_VOLUME = "dshm"
 GPU_RESOURCE = "nvidia.com/gpu"
+# GPU nodes are commonly tainted with their resource (what ExtendedResourceToleration adds).
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
+# Launcher attempts after the first (a transient ssh or DNS failure must not end the run);
+# a rerun of the training command resumes from its last checkpoint.
+LAUNCHER_BACKOFF_LIMIT = 2
 # What the launcher asks for: it only runs mpirun.
 LAUNCHER_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
 # The trainer image runs as user chexflow with sshd on port 2222 (images/trainer/Dockerfile).
@@ -67,7 +77,8 @@ def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
 
 
 def _container(
-    spec: JobSpec, name: str, image: str, command: list[str], resources: dict, mounts: list
+    spec: JobSpec, name: str, image: str, command: list[str], resources: dict, mounts: list,
+    options: ClusterOptions,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": name,
@@ -77,6 +88,7 @@ def _container(
         "env": _env(spec),
         "resources": resources,
         "volumeMounts": mounts,
+        "securityContext": {"runAsUser": options.run_as_user, "runAsNonRoot": True},
     }
     if spec.working_dir:
         container["workingDir"] = spec.working_dir
@@ -84,10 +96,11 @@ def _container(
 
 
 def worker_resources(spec: JobSpec) -> dict[str, dict[str, Any]]:
-    limits: dict[str, Any] = {"cpu": spec.cpu, "memory": spec.memory}
+    requests = {"cpu": spec.worker_cpu, "memory": spec.worker_memory}
+    limits: dict[str, Any] = dict(requests)
     if spec.gpus_per_worker:
         limits[GPU_RESOURCE] = spec.gpus_per_worker
-    return {"requests": {"cpu": spec.cpu, "memory": spec.memory}, "limits": limits}
+    return {"requests": requests, "limits": limits}
 
 
 def _metadata(spec: JobSpec, namespace: str) -> dict[str, Any]:
@@ -96,13 +109,35 @@ def _metadata(spec: JobSpec, namespace: str) -> dict[str, Any]:
 
 
 def _pod_template(
-    spec: JobSpec, container: dict, volumes: list, role: str, service_account: str | None
+    spec: JobSpec, container: dict, volumes: list, role: str, service_account: str | None,
+    options: ClusterOptions,
 ) -> dict[str, Any]:
     pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if service_account:
         pod["serviceAccountName"] = service_account
+    if options.node_selector:
+        pod["nodeSelector"] = dict(options.node_selector)
+    gpu = GPU_RESOURCE in container["resources"]["limits"]
+    tolerations = [*([GPU_TOLERATION] if gpu else []), *options.tolerations]
+    if tolerations:
+        pod["tolerations"] = [dict(t) for t in tolerations]
+    if options.priority_class:
+        pod["priorityClassName"] = options.priority_class
+    if options.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in options.image_pull_secrets]
     labels = {**MANAGED_BY, "chexflow.io/job": spec.name, "chexflow.io/role": role}
-    return {"metadata": {"labels": labels}, "spec": pod}
+    return {"metadata": {"labels": labels, "annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
+
+
+def scheduling_policy(spec: JobSpec, options: ClusterOptions) -> dict[str, Any]:
+    """runPolicy.schedulingPolicy for gang scheduling (Volcano or scheduler-plugins, as the
+    operator is configured): all pods (workers + launcher) start together unless minAvailable."""
+    policy: dict[str, Any] = {"minAvailable": options.min_available or spec.workers + 1}
+    if options.queue:
+        policy["queue"] = options.queue
+    if options.priority_class:
+        policy["priorityClass"] = options.priority_class
+    return policy
 
 
 def render_mpijob(
@@ -112,10 +147,12 @@ def render_mpijob(
     clean_pod_policy: str = "Running",
     service_account: str | None = None,
     launcher_creation_policy: str = "WaitForWorkersReady",
+    options: ClusterOptions | None = None,
 ) -> dict[str, Any]:
     """The MPIJob (kubeflow.org/v2beta1) that runs `spec` as a Horovod job."""
     if clean_pod_policy not in CLEAN_POD_POLICIES:
         raise ValueError(f"clean_pod_policy must be one of {CLEAN_POD_POLICIES}")
+    options = options or ClusterOptions()
     image = image or image_for(spec.environment)
     volumes, mounts = _volumes(spec)
     launcher = _container(
@@ -125,10 +162,20 @@ def render_mpijob(
         mpirun_args(spec),
         {"requests": dict(LAUNCHER_RESOURCES), "limits": dict(LAUNCHER_RESOURCES)},
         mounts,
+        options,
     )
     worker = _container(
-        spec, "worker", image, list(WORKER_COMMAND), worker_resources(spec), mounts
+        spec, "worker", image, list(WORKER_COMMAND), worker_resources(spec), mounts, options
     )
+    run_policy: dict[str, Any] = {
+        "cleanPodPolicy": clean_pod_policy,
+        "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+        "activeDeadlineSeconds": spec.timeout_seconds,
+        "backoffLimit": LAUNCHER_BACKOFF_LIMIT if spec.backoff_limit is None
+        else spec.backoff_limit,
+    }
+    if options.gang_scheduling:
+        run_policy["schedulingPolicy"] = scheduling_policy(spec, options)
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": "MPIJob",
@@ -138,22 +185,21 @@ def render_mpijob(
             "sshAuthMountPath": SSH_AUTH_MOUNT_PATH,
             "mpiImplementation": "OpenMPI",
             "launcherCreationPolicy": launcher_creation_policy,
-            "runPolicy": {
-                "cleanPodPolicy": clean_pod_policy,
-                "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
-                "activeDeadlineSeconds": spec.timeout_seconds,
-                "backoffLimit": spec.backoff_limit,
-            },
+            "runPolicy": run_policy,
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,
-                    "restartPolicy": "Never",
-                    "template": _pod_template(spec, launcher, volumes, "launcher", service_account),
+                    "restartPolicy": "OnFailure",
+                    "template": _pod_template(
+                        spec, launcher, volumes, "launcher", service_account, options
+                    ),
                 },
                 "Worker": {
                     "replicas": spec.workers,
                     "restartPolicy": "Never",
-                    "template": _pod_template(spec, worker, volumes, "worker", service_account),
+                    "template": _pod_template(
+                        spec, worker, volumes, "worker", service_account, options
+                    ),
                 },
             },
         },
@@ -165,19 +211,23 @@ def render_batch_job(
     namespace: str = "default",
     image: str | None = None,
     service_account: str | None = None,
+    options: ClusterOptions | None = None,
 ) -> dict[str, Any]:
     """The batch/v1 Job that runs a single-process `spec`."""
+    options = options or ClusterOptions()
     image = image or image_for(spec.environment)
     volumes, mounts = _volumes(spec)
-    container = _container(spec, "main", image, list(spec.command), worker_resources(spec), mounts)
-    template = _pod_template(spec, container, volumes, "main", service_account)
+    container = _container(
+        spec, "main", image, list(spec.command), worker_resources(spec), mounts, options
+    )
+    template = _pod_template(spec, container, volumes, "main", service_account, options)
     template["spec"]["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": _metadata(spec, namespace),
         "spec": {
-            "backoffLimit": spec.backoff_limit,
+            "backoffLimit": spec.backoff_limit or 0,
             "activeDeadlineSeconds": spec.timeout_seconds,
             "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
             "template": template,

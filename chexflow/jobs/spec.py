@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from chexflow.errors import ChexflowError
@@ -16,6 +17,12 @@ from chexflow.errors import ChexflowError
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 52  # leaves room for the "-launcher"/"-worker-N" pod suffixes within 63 characters
 ENVIRONMENTS = ("trainer", "control")
+QUANTITY_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|[KMGTPE]i?)?$")
+# A worker's requests when `cpu`/`memory` are not given: a share per GPU, or per rank without GPUs.
+CPU_PER_SLOT, MEMORY_PER_SLOT = "1", "2Gi"
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# The UID of user chexflow in the trainer and launcher images (images/*/Dockerfile USER_UID).
+IMAGE_UID = 1000
 
 
 class JobSpecError(ChexflowError):
@@ -35,6 +42,10 @@ class JobTimeout(JobFailed):
     """A job ran past its time limit and was ended."""
 
 
+class JobCancelled(ChexflowError):
+    """The process running a job was stopped (SIGTERM, Ctrl-C); the job was deleted."""
+
+
 @dataclass(frozen=True)
 class Volume:
     """A PersistentVolumeClaim mounted at `mount_path` (locally: the path is used as it is)."""
@@ -52,13 +63,16 @@ class JobSpec:
     workers: int = 1
     horovod: bool = False
     gpus_per_worker: int = 0
-    cpu: str = "1"
-    memory: str = "2Gi"
+    slots_per_worker: int = 0  # ranks per worker pod; 0: one per GPU (at least one)
+    cpu: str = ""  # per worker; "": cpu_per_gpu x GPUs, or 1 per rank without GPUs
+    memory: str = ""  # per worker; "": memory_per_gpu x GPUs, or 2Gi per rank without GPUs
+    cpu_per_gpu: str = "4"
+    memory_per_gpu: str = "16Gi"
     shm_size: str = "1Gi"
     env: dict[str, str] = field(default_factory=dict)
     volumes: list[Volume] = field(default_factory=list)
     timeout_seconds: int = 3600
-    backoff_limit: int = 0
+    backoff_limit: int | None = None  # None: 2 launcher retries (MPIJob), none (batch Job)
     ttl_seconds_after_finished: int = 3600
     labels: dict[str, str] = field(default_factory=dict)
     working_dir: str | None = None
@@ -83,6 +97,15 @@ class JobSpec:
             raise JobSpecError(f"{where}: workers={self.workers} needs horovod=True")
         if self.gpus_per_worker < 0:
             raise JobSpecError(f"{where}: gpus_per_worker must be >= 0")
+        if self.slots_per_worker < 0:
+            raise JobSpecError(f"{where}: slots_per_worker must be >= 0 (0: one per GPU)")
+        if self.backoff_limit is not None and self.backoff_limit < 0:
+            raise JobSpecError(f"{where}: backoff_limit must be >= 0")
+        for key in ("cpu", "memory", "cpu_per_gpu", "memory_per_gpu", "shm_size"):
+            value = getattr(self, key)
+            if (value or key not in ("cpu", "memory")) and not QUANTITY_RE.match(value):
+                raise JobSpecError(f"{where}: {key} {value!r} is not a Kubernetes quantity "
+                                   f"(e.g. 4, 500m, 16Gi)")
         if self.timeout_seconds <= 0:
             raise JobSpecError(f"{where}: timeout_seconds must be > 0")
         bad = [k for k in self.env if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k)]
@@ -91,8 +114,26 @@ class JobSpec:
 
     @property
     def slots(self) -> int:
-        """Processes per worker: one per GPU (at least one)."""
-        return max(1, self.gpus_per_worker)
+        """Processes per worker: slots_per_worker, else one per GPU (at least one)."""
+        return self.slots_per_worker or max(1, self.gpus_per_worker)
+
+    @property
+    def worker_cpu(self) -> str:
+        """A worker's CPU request: `cpu`, else the per-GPU share, else 1 per rank."""
+        if self.cpu:
+            return self.cpu
+        if self.gpus_per_worker:
+            return scale_quantity(self.cpu_per_gpu, self.gpus_per_worker)
+        return scale_quantity(CPU_PER_SLOT, self.slots)
+
+    @property
+    def worker_memory(self) -> str:
+        """A worker's memory request: `memory`, else the per-GPU share, else 2Gi per rank."""
+        if self.memory:
+            return self.memory
+        if self.gpus_per_worker:
+            return scale_quantity(self.memory_per_gpu, self.gpus_per_worker)
+        return scale_quantity(MEMORY_PER_SLOT, self.slots)
 
     @property
     def processes(self) -> int:
@@ -107,6 +148,59 @@ class JobSpec:
         data = dict(data)
         data["volumes"] = [Volume(**v) for v in data.get("volumes", [])]
         return cls(**data)
+
+
+@dataclass
+class ClusterOptions:
+    """What a real cluster asks of a job's pods, beside the JobSpec (the local backend ignores
+    it): node selection, GPU-node taints, priority, registry credentials, gang scheduling
+    (mpi-operator's runPolicy.schedulingPolicy) and the numeric user the pods run as."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    priority_class: str = ""
+    image_pull_secrets: list[str] = field(default_factory=list)
+    gang_scheduling: bool = False
+    queue: str = ""
+    min_available: int = 0  # gang: pods that must start together; 0: all (workers + launcher)
+    run_as_user: int = IMAGE_UID
+
+    def __post_init__(self) -> None:
+        for i, tol in enumerate(self.tolerations):
+            where = f"toleration {i} {tol!r}"
+            unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
+            if unknown:
+                raise JobSpecError(f"{where}: unknown fields {sorted(unknown)}")
+            if tol.get("operator", "Equal") not in ("Equal", "Exists"):
+                raise JobSpecError(f"{where}: operator must be Equal or Exists")
+            if tol.get("effect", "") not in ("", *TOLERATION_EFFECTS):
+                raise JobSpecError(f"{where}: effect must be one of {TOLERATION_EFFECTS}")
+        if self.min_available < 0 or self.run_as_user < 1:
+            raise JobSpecError("min_available must be >= 0 and run_as_user >= 1 (non-root)")
+        if (self.queue or self.min_available) and not self.gang_scheduling:
+            raise JobSpecError("queue and min_available are gang-scheduling settings: "
+                               "set gang_scheduling too")
+
+
+def parse_toleration(text: str) -> dict[str, str]:
+    """`KEY[=VALUE]:EFFECT` (kubectl taint's syntax) -> a toleration (Exists without VALUE)."""
+    key, _, effect = text.rpartition(":")
+    if not key or effect not in TOLERATION_EFFECTS:
+        raise JobSpecError(f"toleration {text!r}: expected KEY[=VALUE]:EFFECT with EFFECT one "
+                           f"of {', '.join(TOLERATION_EFFECTS)}")
+    key, eq, value = key.partition("=")
+    if eq:
+        return {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    return {"key": key, "operator": "Exists", "effect": effect}
+
+
+def scale_quantity(quantity: str, factor: int) -> str:
+    """A Kubernetes quantity times `factor` ("16Gi" x 8 = "128Gi", "500m" x 3 = "1500m")."""
+    match = QUANTITY_RE.match(quantity)
+    if not match:
+        raise JobSpecError(f"{quantity!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")
+    number = Decimal(match.group(1)) * factor
+    return f"{number.normalize():f}{match.group(2) or ''}"
 
 
 def dns_name(text: str, max_len: int = MAX_NAME) -> str:
