@@ -3,7 +3,8 @@
 Outputs are staged beside --out and swapped in on success; --overwrite replaces only what the
 previous manifest lists; a killed run is recognised and cleaned up; faults while writing (a full
 disk, a read-only file system, ENOSPC injected into one file's writes) end in one line with the
-previous output intact. Mounting tmpfs needs root, as the test machine's user is.
+previous output intact. Mounting tmpfs needs root, as the test machine's user is; faults at one
+exact point are injected with strace (images/install-system.sh installs it).
 """
 
 from __future__ import annotations
@@ -236,9 +237,9 @@ def test_synth_into_a_full_100k_tmpfs(tmp_path):
 def test_read_only_file_system_is_one_line(synth40, tmp_path):
     with tmpfs(tmp_path / "ro", "size=100k,ro") as disk:
         proc = run_chexflow(*args(synth40, disk / "out", "--plan-only"), check=False)
-        one_line_error(proc, f"{disk / 'out'}: Read-only file system (EROFS)")
+        one_line_error(proc, f"--out {disk / 'out'}: cannot create it (Read-only file system)")
         proc = run_chexflow("data", "synth", "--out", disk / "ds", "--images", 4, check=False)
-        one_line_error(proc, f"{disk / 'ds'}: Read-only file system (EROFS)")
+        one_line_error(proc, f"--out {disk / 'ds'}: cannot create it (Read-only file system)")
 
 
 @pytest.mark.parametrize("name", ["splits.csv", "rejected.csv", "manifest.json"])

@@ -1,10 +1,10 @@
 """Output folders of `chexflow preprocess` and `chexflow data synth`: staged, then swapped in.
 
-A run holds --out's lock (chexflow.runlock) and writes everything into a staging folder beside
-it, `.OUT.chexflow-staging` (same filesystem, so moving a file is a rename). Only when the run
-succeeded does `commit` write the swap plan into the staging folder (the files of the previous
-run to remove, the new files to move in) and carry it out, manifest.json last. A failed run
-removes its staging folder and leaves --out exactly as it was.
+A run holds --out's lock (chexflow.runlock; the lock file goes when the run ends) and writes
+everything into a staging folder beside it, `.OUT.chexflow-staging` (same filesystem, so moving
+a file is a rename). Only when the run succeeded does `commit` write the swap plan into the
+staging folder (the files of the previous run to remove, the new files to move in) and carry it
+out, manifest.json last. A failed run removes its staging folder and leaves --out exactly as it was.
 
 A killed run's staging folder is recognised as chexflow's by the marker file written into it
 first. The next run with the same --out finishes a swap the killed run had begun (its plan is
@@ -24,7 +24,7 @@ from pathlib import Path
 from chexflow.data import faults
 from chexflow.data.records import DataError
 from chexflow.data.split import SPLITS
-from chexflow.runlock import LOCK_FILE, run_lock
+from chexflow.runlock import LOCK_FILE, locked_folder
 
 MARKER = ".chexflow-staging"  # written first: this folder is chexflow's staging folder
 PLAN = ".chexflow-swap.json"  # written last: the run succeeded; what the swap removes and adds
@@ -104,18 +104,12 @@ class StagedOutput:
         self.out = out
         self.dir = staging_dir(out)
         self.command = command
-        self._created_out = False
         self._staged = False
         self._stack = ExitStack()
 
     def __enter__(self) -> StagedOutput:
-        if self.out.exists() and not self.out.is_dir():
-            raise DataError(f"--out {self.out}: exists and is not a directory")
-        with faults.reported(self.out):
-            self._created_out = not self.out.exists()
-            self.out.mkdir(parents=True, exist_ok=True)
         try:
-            self._stack.enter_context(run_lock(self.out, self.command))
+            self._stack.enter_context(locked_folder(self.out, self.command))
             self._recover()
             with faults.reported(self.dir):
                 self.dir.mkdir()
@@ -193,11 +187,7 @@ class StagedOutput:
 
     def _close(self, failed: bool) -> None:
         """Remove the staging folder of a failed run (unless its swap had begun: the next run
-        finishes that), and an OUT this run created; unlock."""
+        finishes that); unlock (locked_folder also removes an OUT it created and left empty)."""
         with self._stack:
             if failed and self._staged and self.dir.exists() and not (self.dir / PLAN).exists():
                 self._remove_staging()
-            if failed and self._created_out:
-                (self.out / LOCK_FILE).unlink(missing_ok=True)
-                if not any(self.out.iterdir()):
-                    self.out.rmdir()
