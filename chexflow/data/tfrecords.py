@@ -118,7 +118,7 @@ def write_shards(
     """Write every (path, records) shard; `progress` is updated once per image."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     stream = decoded_stream([r for _, recs in shards for r in recs], size, workers)
-    import tensorflow as tf  # imported while the workers are already decoding
+    import tensorflow as tf  # the parent only: workers decode with PIL and numpy
 
     results = []
     for path, records in shards:
