@@ -25,10 +25,11 @@ TRAIN = ["python", "-m", "chexflow.cli", "train", "--data", "/data/tfrecords", "
 
 
 def train_spec(name: str, gpus: int = 4, workers: int = 2, outcome: str | None = None,
-               timeout: int = 120) -> JobSpec:
+               timeout: int = 120, backoff_limit: int | None = None) -> JobSpec:
     env = {nodes.OUTCOME_ENV: outcome} if outcome else {}
     return JobSpec(name=name, command=TRAIN, horovod=True, workers=workers,
-                   gpus_per_worker=gpus, env=env, timeout_seconds=timeout)
+                   gpus_per_worker=gpus, env=env, timeout_seconds=timeout,
+                   backoff_limit=backoff_limit)
 
 
 def backend(api, ns: str, **kwargs) -> KubernetesBackend:
@@ -62,14 +63,19 @@ def test_backend_runs_training_mpijob_to_success(k8s_api, k8s_namespace):
 
 
 def test_backend_reports_a_failed_launcher_with_status_and_reason(k8s_api, k8s_namespace):
+    """One retry (runPolicy.backoffLimit 1): the launcher fails twice; each failed attempt is
+    reported as it happens, then the MPIJob's Failed condition with the launcher's log."""
     be = backend(k8s_api, k8s_namespace)
     with pytest.raises(JobFailed) as err:
-        be.run(train_spec("train-crash", workers=1, gpus=1, outcome="fail"))
+        be.run(train_spec("train-crash", workers=1, gpus=1, outcome="fail", backoff_limit=1))
     message = str(err.value)
     assert f"MPIJob {k8s_namespace}/train-crash failed" in message
-    assert "(" in message and ":" in message  # (reason: message) from the Failed condition
+    assert "BackoffLimitExceeded" in message  # (reason: message) from the Failed condition
     assert not isinstance(err.value, JobTimeout)
     assert KWOK_POD_LOG.strip() in err.value.log_tail
+    lines = be.stream.getvalue()
+    assert "attempt 1 failed in pod train-crash-launcher-" in lines
+    assert "(exit code 1: containerFailed)" in lines
 
 
 def test_backend_timeout_ends_and_cleans_up(k8s_api, k8s_namespace):
@@ -133,3 +139,34 @@ def test_launcher_service_account_from_rbac_yaml_can_run_jobs_and_nothing_more(
         with pytest.raises(ApiException) as err:
             forbidden()
         assert err.value.status == 403, err.value.body
+
+
+def test_apiserver_accepts_every_cluster_field_of_a_rendered_mpijob(k8s_api, k8s_namespace):
+    """Server-side dry run: the real CRD schema takes the MPIJob with every ClusterOptions field
+    and prunes nothing (what it returns is what was sent)."""
+    from kubernetes import client
+
+    from chexflow.jobs.render import render_mpijob
+    from chexflow.jobs.spec import ClusterOptions, parse_toleration
+
+    options = ClusterOptions(
+        node_selector={"pool": "gpu"}, tolerations=[parse_toleration("dedicated=ml:NoSchedule")],
+        priority_class="high", image_pull_secrets=["regcred"], gang_scheduling=True,
+        queue="research")
+    spec = JobSpec(name="dry", command=TRAIN, horovod=True, workers=2, gpus_per_worker=8,
+                   slots_per_worker=8)
+    obj = render_mpijob(spec, namespace=k8s_namespace, options=options)
+    back = client.CustomObjectsApi(k8s_api).create_namespaced_custom_object(
+        GROUP, VERSION, k8s_namespace, PLURAL, obj, dry_run="All")
+    for role in ("Launcher", "Worker"):
+        sent = obj["spec"]["mpiReplicaSpecs"][role]["template"]
+        got = back["spec"]["mpiReplicaSpecs"][role]["template"]
+        assert got["metadata"]["annotations"] == sent["metadata"]["annotations"]
+        for key in ("nodeSelector", "tolerations", "priorityClassName", "imagePullSecrets"):
+            assert got["spec"][key] == sent["spec"][key], (role, key)
+        assert got["spec"]["containers"][0]["securityContext"] == {
+            "runAsUser": 1000, "runAsNonRoot": True}
+    assert back["spec"]["runPolicy"]["schedulingPolicy"] == {
+        "minAvailable": 3, "queue": "research", "priorityClass": "high"}
+    assert back["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "OnFailure"
+    assert back["spec"]["slotsPerWorker"] == 8
