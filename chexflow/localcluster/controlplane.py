@@ -157,6 +157,8 @@ class LocalCluster:
                             "mpi-operator", deadline)
             if node_bin:
                 self._start_real_node(node_bin, pki, deadline)
+                if self.die_with_parent:
+                    self._start_reaper()
         except BaseException:
             self.stop()
             raise
@@ -360,6 +362,17 @@ class LocalCluster:
         self._wait_real_node_ready(deadline)
         self._wait_http(f"http://127.0.0.1:{self.ports['coredns_ready']}/ready", "coredns",
                         deadline)
+
+    def _start_reaper(self) -> None:
+        """A detached watcher that stops this cluster (real node included) if this process
+        dies without stopping it (chexflow.localcluster.reaper)."""
+        import sys
+
+        with open(self.log_dir / "reaper.log", "ab") as out:
+            subprocess.Popen([sys.executable, "-m", "chexflow.localcluster.reaper",
+                              str(self.state_dir), str(os.getpid())], stdout=out,
+                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
 
     def _wait_real_node_ready(self, deadline: float) -> None:
         from kubernetes import client

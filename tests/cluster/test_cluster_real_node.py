@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -145,5 +146,41 @@ def test_a_second_cluster_runs_beside_and_its_stop_leaves_nothing_behind(
         assert running["cgroups"] and running["run_dir"]
     finally:
         second.stop()
-    assert _host_state(node) == {"bridge": False, "mounts": [], "processes": [], "run_dir": False,
-                                 "cgroups": []}
+    _wait_clean(node, timeout=5)
+
+
+def _wait_clean(node: realnode.RealNode, timeout: float) -> None:
+    clean = {"bridge": False, "mounts": [], "processes": [], "run_dir": False, "cgroups": []}
+    deadline = time.monotonic() + timeout
+    while (state := _host_state(node)) != clean:
+        assert time.monotonic() < deadline, state
+        time.sleep(0.5)
+
+
+KILLED_STARTER = """
+import sys, time
+from chexflow.localcluster.controlplane import LocalCluster
+cluster = LocalCluster(sys.argv[1], nodes=1, gpus_per_node=0, die_with_parent=True,
+                       real_node=True, node_images=[sys.argv[2]])
+cluster.start(timeout=240)
+print("up", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_killed_starter_leaves_no_process_mount_cgroup_or_bridge(tmp_path, base_image):
+    """SIGKILL to the process that started the cluster: its reaper stops everything."""
+    from kubernetes import client, config
+
+    state = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_STARTER, str(state),
+                             str(base_archive().archive)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        core = client.CoreV1Api(config.new_client_from_config(str(state / "kubeconfig")))
+        core.create_namespaced_pod("default", _pod("sleeper", base_image, ["sleep", "600"]))
+        _wait_phase(core, "default", "sleeper", {"Running"})
+    finally:
+        proc.kill()
+        proc.wait()
+    _wait_clean(realnode.RealNode(state), timeout=60)
