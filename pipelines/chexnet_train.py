@@ -31,8 +31,9 @@ def build(default_trainer_image: str | None = None):
         model: str = "densenet121",
         workers: int = 2,
         gpus_per_worker: int = 1,
-        cpu_per_worker: str = "8",
-        memory_per_worker: str = "32Gi",
+        slots_per_worker: int = 0,
+        cpu_per_worker: str = "",
+        memory_per_worker: str = "",
         epochs: int = 5,
         batch_size: int = 16,
         lr: float = 1e-3,
@@ -43,9 +44,18 @@ def build(default_trainer_image: str | None = None):
         seed: int = 0,
         bootstrap: int = 1000,
         timeout_seconds: int = 86400,
+        node_selector: dict = {},  # noqa: B006 - a KFP pipeline parameter default
+        tolerations: list = [],  # noqa: B006
+        priority_class: str = "",
+        image_pull_secrets: list = [],  # noqa: B006
+        gang_scheduling: bool = False,
+        queue: str = "",
     ):
+        cluster = dict(node_selector=node_selector, tolerations=tolerations,
+                       priority_class=priority_class, image_pull_secrets=image_pull_secrets,
+                       gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                            timeout_seconds).output
+                            timeout_seconds, **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
                           data_pvc)
         train = on_cluster(train_op(
@@ -53,6 +63,7 @@ def build(default_trainer_image: str | None = None):
             batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
             steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
             synthetic_data=False, seed=seed, gpus_per_worker=gpus_per_worker,
+            slots_per_worker=slots_per_worker,
             cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker, target=target,
             hparams_json="",
         ), data_pvc)

@@ -30,17 +30,27 @@ def build(default_trainer_image: str | None = None):
         trainer_image: str = default_trainer_image or trainer_image(),
         model: str = "resnet50",
         gpus_per_worker: int = 1,
-        cpu_per_worker: str = "8",
-        memory_per_worker: str = "32Gi",
+        slots_per_worker: int = 0,
+        cpu_per_worker: str = "",
+        memory_per_worker: str = "",
         epochs: int = 1,
         batch_size: int = 64,
         image_size: int = 224,
         steps_per_epoch: int = 100,
         synthetic_data: bool = True,
         timeout_seconds: int = 7200,
+        node_selector: dict = {},  # noqa: B006 - a KFP pipeline parameter default
+        tolerations: list = [],  # noqa: B006
+        priority_class: str = "",
+        image_pull_secrets: list = [],  # noqa: B006
+        gang_scheduling: bool = False,
+        queue: str = "",
     ):
+        cluster = dict(node_selector=node_selector, tolerations=tolerations,
+                       priority_class=priority_class, image_pull_secrets=image_pull_secrets,
+                       gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                            timeout_seconds).output
+                            timeout_seconds, **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
                           data_pvc)
         with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
@@ -48,12 +58,13 @@ def build(default_trainer_image: str | None = None):
             # loop body the loop item in place of an output from outside the loop (see
             # chexflow.components.steps.training_data)
             loop_target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                                     timeout_seconds).output
+                                     timeout_seconds, **cluster).output
             train = on_cluster(train_op(
                 data_dir=raw_dir, workers=workers, model=model, epochs=epochs,
                 batch_size=batch_size, lr=1e-3, image_size=image_size, weights="none",
                 steps_per_epoch=steps_per_epoch, validation_steps=1,
                 synthetic_data=synthetic_data, seed=0, gpus_per_worker=gpus_per_worker,
+                slots_per_worker=slots_per_worker,
                 cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker,
                 target=loop_target, hparams_json="",
             ), data_pvc).after(prep)

@@ -34,8 +34,9 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
         model: str = "densenet121",
         workers: int = 2,
         gpus_per_worker: int = 1,
-        cpu_per_worker: str = "8",
-        memory_per_worker: str = "32Gi",
+        slots_per_worker: int = 0,
+        cpu_per_worker: str = "",
+        memory_per_worker: str = "",
         epochs: int = 5,
         batch_size: int = 16,
         lr: float = 1e-3,
@@ -44,9 +45,18 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
         steps_per_epoch: int = 0,
         bootstrap: int = 1000,
         timeout_seconds: int = 86400,
+        node_selector: dict = {},  # noqa: B006 - a KFP pipeline parameter default
+        tolerations: list = [],  # noqa: B006
+        priority_class: str = "",
+        image_pull_secrets: list = [],  # noqa: B006
+        gang_scheduling: bool = False,
+        queue: str = "",
     ):
+        cluster = dict(node_selector=node_selector, tolerations=tolerations,
+                       priority_class=priority_class, image_pull_secrets=image_pull_secrets,
+                       gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                            timeout_seconds, launcher_image).output
+                            timeout_seconds, launcher_image, **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
                           data_pvc)
         tune = on_cluster(tune_op(
@@ -57,7 +67,8 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
             data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
             batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
             steps_per_epoch=steps_per_epoch, validation_steps=0, synthetic_data=False, seed=0,
-            gpus_per_worker=gpus_per_worker, cpu_per_worker=cpu_per_worker,
+            gpus_per_worker=gpus_per_worker, slots_per_worker=slots_per_worker,
+            cpu_per_worker=cpu_per_worker,
             memory_per_worker=memory_per_worker, target=target,
             hparams_json=tune.outputs["Output"],
         ), data_pvc)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from kfp import components
 
+from chexflow.errors import ChexflowError
 from chexflow.pipelines.registry import (
     compile_pipeline,
     components_dir,
@@ -17,9 +18,12 @@ from chexflow.pipelines.registry import (
 )
 from tests.conftest import run_chexflow
 
-MPIJOB_INPUTS = {"workers", "gpus_per_worker", "cpu_per_worker", "memory_per_worker", "target"}
+MPIJOB_INPUTS = {"workers", "gpus_per_worker", "slots_per_worker", "cpu_per_worker",
+                 "memory_per_worker", "target"}
+CLUSTER_INPUTS = {"node_selector", "tolerations", "priority_class", "image_pull_secrets",
+                  "gang_scheduling", "queue"}
 TARGET_INPUTS = {"work_root", "run_id", "backend", "namespace", "data_pvc", "trainer_image",
-                 "launcher_image", "timeout_seconds"}
+                 "launcher_image", "timeout_seconds", *CLUSTER_INPUTS}
 
 PIPELINES = pipeline_names()
 COMPILED_DIR = pipelines_dir()
@@ -81,6 +85,64 @@ def test_train_task_receives_the_mpijob_parameters(compiled, name):
     assert root["trainer_image"]["defaultValue"] == "reg.example/chexflow/trainer:t1"
     assert root["backend"]["defaultValue"] == "kubernetes"
     assert root["data_pvc"]["defaultValue"] == "chexflow-data"
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_cluster_parameters_reach_the_job_target_and_training(compiled, name):
+    """node_selector, tolerations, ... are pipeline parameters wired into every target-op (the
+    scaling study makes one inside its loop too), slots_per_worker into train-op."""
+    spec, _ = compiled[name]
+    root = spec["root"]["inputDefinitions"]["parameters"]
+    assert root["node_selector"]["parameterType"] == "STRUCT"
+    assert root["tolerations"]["parameterType"] == "LIST"
+    assert root["gang_scheduling"]["defaultValue"] is False
+    assert root["slots_per_worker"]["defaultValue"] == 0
+    assert root["cpu_per_worker"]["defaultValue"] == ""  # a share per GPU
+    targets = [t for n, t in all_tasks(spec).items() if n.startswith("target-op")]
+    assert targets and len(targets) == (2 if name == "scaling-study" else 1)
+    for task in targets:
+        params = task["inputs"]["parameters"]
+        for key in CLUSTER_INPUTS:
+            assert params[key]["componentInputParameter"].endswith(key), (key, params[key])
+    slots = train_task(spec)["inputs"]["parameters"]["slots_per_worker"]
+    assert slots["componentInputParameter"].endswith("slots_per_worker")
+
+
+def test_the_target_component_hands_cluster_settings_to_the_rendered_mpijob():
+    """What target-op returns (the `target` dict every step gets) renders into the MPIJob."""
+    from chexflow.components.definitions import target_op
+    from chexflow.components.steps import Target
+    from chexflow.jobs import JobSpec
+    from chexflow.jobs.render import render_mpijob
+    from chexflow.jobs.schema import validate_mpijob
+    from tests.test_mpijob import CRD
+
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
+    made = target_op.python_func(
+        work_root="/mnt/chexflow/runs", run_id="r1", backend="kubernetes", namespace="team-a",
+        data_pvc="chexflow-data", trainer_image="t", launcher_image="l", timeout_seconds=60.0,
+        node_selector={"pool": "a100"}, tolerations=[toleration], priority_class="high",
+        image_pull_secrets=["regcred"], gang_scheduling=True, queue="research")
+    target = Target.from_dict(made, slots_per_worker=2)
+    spec = JobSpec(name="t", command=["true"], workers=2, horovod=True,
+                   slots_per_worker=target.slots_per_worker)
+    obj = render_mpijob(spec, options=target.cluster_options())
+    validate_mpijob(obj, CRD)
+    worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert worker["nodeSelector"] == {"pool": "a100"} and worker["tolerations"] == [toleration]
+    assert worker["priorityClassName"] == "high"
+    assert worker["imagePullSecrets"] == [{"name": "regcred"}]
+    assert obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"] == "research"
+    assert obj["spec"]["slotsPerWorker"] == 2
+    with pytest.raises(ChexflowError, match="toleration 0 .*effect must be one of"):
+        target_op.python_func(**{**made_args(), "tolerations": [{"key": "x", "effect": "Never"}]})
+
+
+def made_args() -> dict:
+    return dict(work_root="/w", run_id="r", backend="local", namespace="n", data_pvc="",
+                trainer_image="", launcher_image="", timeout_seconds=1, node_selector={},
+                tolerations=[], priority_class="", image_pull_secrets=[], gang_scheduling=False,
+                queue="")
 
 
 def test_scaling_study_loops_over_worker_counts_one_at_a_time(compiled):

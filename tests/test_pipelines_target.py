@@ -8,6 +8,9 @@ import pytest
 from chexflow.components.definitions import target_op
 from chexflow.components.steps import StepError, Target
 
+NO_CLUSTER_SETTINGS = dict(node_selector={}, tolerations=[], priority_class="",
+                           image_pull_secrets=[], gang_scheduling=False, queue="")
+
 
 def test_target_round_trips_through_kfps_number_types():
     made = Target(workdir="/mnt/chexflow/runs/r1", run_id="r1", backend="kubernetes",
@@ -37,9 +40,9 @@ def test_a_target_that_cannot_run_jobs_is_refused_in_one_line(fields, message):
 def test_the_target_component_makes_the_run_folder_and_checks_it():
     made = target_op.python_func(
         work_root="/w", run_id="abc", backend="local", namespace="default", data_pvc="",
-        trainer_image="", launcher_image="", timeout_seconds=60)
+        trainer_image="", launcher_image="", timeout_seconds=60, **NO_CLUSTER_SETTINGS)
     assert made["workdir"] == "/w/abc" and made["run_id"] == "abc"
     with pytest.raises(StepError, match="data_pvc is empty"):
         target_op.python_func(work_root="/w", run_id="abc", backend="kubernetes",
                               namespace="n", data_pvc="", trainer_image="", launcher_image="",
-                              timeout_seconds=60)
+                              timeout_seconds=60, **NO_CLUSTER_SETTINGS)

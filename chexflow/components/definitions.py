@@ -28,16 +28,25 @@ def target_op(
     trainer_image: str,
     launcher_image: str,
     timeout_seconds: int,
+    node_selector: dict,
+    tolerations: list,
+    priority_class: str,
+    image_pull_secrets: list,
+    gang_scheduling: bool,
+    queue: str,
 ) -> dict:
     """Where the run's jobs write (WORK_ROOT/RUN_ID) and run (backend local|kubernetes; for
-    kubernetes the namespace, data PVC and images; each job's time limit), checked once: the
-    `target` every other step takes."""
+    kubernetes the namespace, data PVC, images and what the cluster asks of the pods: node
+    selector, tolerations, priority class, image pull secrets, gang scheduling; each job's time
+    limit), checked once: the `target` every other step takes."""
     from chexflow.components.steps import Target
 
     return Target(
         workdir=f"{work_root}/{run_id}", run_id=run_id, backend=backend, namespace=namespace,
         data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
-        timeout_seconds=timeout_seconds,
+        timeout_seconds=timeout_seconds, node_selector=node_selector, tolerations=tolerations,
+        priority_class=priority_class, image_pull_secrets=image_pull_secrets,
+        gang_scheduling=gang_scheduling, queue=queue,
     ).to_dict()
 
 
@@ -78,20 +87,24 @@ def train_op(
     synthetic_data: bool,
     seed: int,
     gpus_per_worker: int,
+    slots_per_worker: int,
     cpu_per_worker: str,
     memory_per_worker: str,
     target: dict,
     hparams_json: str,
     metrics: Output[Metrics],
 ) -> NamedTuple("TrainOutputs", [("model_path", str), ("summary", str)]):  # noqa: UP014
-    """Horovod training as an MPIJob (or horovodrun locally); logs throughput and val AUROC."""
+    """Horovod training as an MPIJob (or horovodrun locally); logs throughput and val AUROC.
+    slots_per_worker 0: one rank per GPU; cpu/memory_per_worker "": a share per GPU (per rank
+    without GPUs)."""
     import json
     from collections import namedtuple
 
     from chexflow.components.steps import Target, apply_hparams, train_step
     from chexflow.train.options import TrainOptions
 
-    job_target = Target.from_dict(target, gpus_per_worker=gpus_per_worker, cpu=cpu_per_worker,
+    job_target = Target.from_dict(target, gpus_per_worker=gpus_per_worker,
+                                  slots_per_worker=slots_per_worker, cpu=cpu_per_worker,
                                   memory=memory_per_worker)
     options = apply_hparams(TrainOptions(
         model=model, epochs=epochs, batch_size=batch_size, lr=lr, image_size=image_size,

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.jobs import BACKENDS, JobResult, JobSpec, Volume, dns_name, run_job
+from chexflow.jobs.spec import ClusterOptions
 from chexflow.train.options import TrainOptions
 
 # Options the pipeline itself owns: a tuned parameter may not move the data or the output.
@@ -30,8 +31,9 @@ class StepError(ChexflowError):
 @dataclass
 class Target:
     """Where a run's jobs write (`workdir`, one per run: WORK_ROOT/RUN_ID) and run: the backend
-    and, for kubernetes, namespace/PVC/images. A pipeline makes it once (the `target` component)
-    and hands it to every step as a dict."""
+    and, for kubernetes, namespace/PVC/images and what the cluster asks of the pods (node
+    selector, tolerations, priority class, image pull secrets, gang scheduling: ClusterOptions).
+    A pipeline makes it once (the `target` component) and hands it to every step as a dict."""
 
     workdir: str = "."
     run_id: str = ""
@@ -44,8 +46,15 @@ class Target:
     mount_path: str = MOUNT_PATH
     service_account: str = ""
     gpus_per_worker: int = 0
+    slots_per_worker: int = 0
     cpu: str = "2"
     memory: str = "8Gi"
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    priority_class: str = ""
+    image_pull_secrets: list[str] = field(default_factory=list)
+    gang_scheduling: bool = False
+    queue: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -55,6 +64,14 @@ class Target:
                             "data through that PersistentVolumeClaim")
         if self.timeout_seconds <= 0:
             raise StepError(f"timeout_seconds {self.timeout_seconds}: must be > 0")
+        self.cluster_options()  # checked once, where the target is made
+
+    def cluster_options(self) -> ClusterOptions:
+        return ClusterOptions(
+            node_selector=dict(self.node_selector), tolerations=list(self.tolerations),
+            priority_class=self.priority_class, image_pull_secrets=list(self.image_pull_secrets),
+            gang_scheduling=bool(self.gang_scheduling), queue=self.queue,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -92,6 +109,7 @@ class Target:
             namespace=self.namespace,
             image=image or None,
             service_account=self.service_account or None,
+            options=self.cluster_options(),
         )
 
 
@@ -161,7 +179,8 @@ def train_step(data_dir: str, workers: int, options: TrainOptions,
         name=target.job_name(f"train-w{workers}"),
         command=options.worker_command(),
         workers=workers, horovod=True, gpus_per_worker=target.gpus_per_worker,
-        cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
+        slots_per_worker=target.slots_per_worker, cpu=target.cpu, memory=target.memory,
+        volumes=target.volumes(),
         env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout_seconds=target.timeout_seconds,
     )
     result = target.run(spec)

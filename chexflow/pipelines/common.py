@@ -26,10 +26,12 @@ def on_cluster(task: dsl.PipelineTask, data_pvc, cache: bool = False) -> dsl.Pip
 
 
 def job_target(work_root, backend, namespace, data_pvc, trainer_image, timeout_seconds,
-               launcher_image="") -> dsl.PipelineTask:
-    """The run's job target (checked once), for every later step's `target` input."""
+               launcher_image="", **cluster) -> dsl.PipelineTask:
+    """The run's job target (checked once), for every later step's `target` input. `cluster`:
+    the pipeline's node_selector, tolerations, priority_class, image_pull_secrets,
+    gang_scheduling and queue parameters."""
     return on_cluster(target_op(
         work_root=work_root, run_id=RUN_ID, backend=backend, namespace=namespace,
         data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
-        timeout_seconds=timeout_seconds,
+        timeout_seconds=timeout_seconds, **cluster,
     ), data_pvc)
