@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chexflow.envs import REPO_ROOT
 from chexflow.jobs import JobSpec, JobSpecError, Volume
 from chexflow.jobs.render import render_batch_job, render_mpijob
 from chexflow.jobs.schema import SchemaError, validate_mpijob
@@ -238,3 +239,36 @@ def test_cli_flags_appear_where_mpi_operator_reads_them():
     bad = run_chexflow("mpijob", "render", "--name", "x", "--toleration", "gpu:Sometimes", "--",
                        "true", check=False)
     assert bad.returncode == 2 and "expected KEY[=VALUE]:EFFECT" in bad.stderr
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "katib" / "specs").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_katib_trial_specs_carry_what_render_puts_in_an_mpijob(path):
+    """The hand-written trialSpecs (2 workers x 1 GPU) match `chexflow mpijob render`: launcher
+    retries, restart policies, no Istio sidecar, numeric non-root user, the GPU toleration and
+    the per-GPU requests; and they pass the CRD schema."""
+    experiment = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    trial = experiment["spec"]["trialTemplate"]["trialSpec"]
+    validate_mpijob({**trial, "metadata": {"name": "trial"}}, CRD)
+    ours = render_mpijob(JobSpec(name="trial", command=["true"], workers=2, horovod=True,
+                                 gpus_per_worker=1))
+    for key in ("slotsPerWorker", "sshAuthMountPath", "mpiImplementation",
+                "launcherCreationPolicy"):
+        assert trial["spec"][key] == ours["spec"][key], key
+    for key in ("cleanPodPolicy", "backoffLimit"):
+        assert trial["spec"]["runPolicy"][key] == ours["spec"]["runPolicy"][key], key
+    for role in ("Launcher", "Worker"):
+        theirs, mine = (s["spec"]["mpiReplicaSpecs"][role] for s in (trial, ours))
+        assert theirs["restartPolicy"] == mine["restartPolicy"], role
+        tmpl, want = theirs["template"], mine["template"]
+        assert tmpl["metadata"]["annotations"] == want["metadata"]["annotations"], role
+        assert tmpl["spec"].get("tolerations") == want["spec"].get("tolerations"), role
+        container, expected = tmpl["spec"]["containers"][0], want["spec"]["containers"][0]
+        assert container["securityContext"] == expected["securityContext"], role
+    worker = trial["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["resources"]["requests"] == worker_requests_of(ours)
+
+
+def worker_requests_of(obj: dict) -> dict:
+    return obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "resources"]["requests"]
