@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 
-from chexflow.envs import REPO_ROOT, in_trainer_env, trainer_python
+from chexflow.envs import in_trainer_env, trainer_python, with_chexflow_importable
 from chexflow.errors import ChexflowError
 
 # Modules with a `register(subparsers)` function. Keep imports in them light: heavy libraries
@@ -51,8 +51,7 @@ def _version() -> str:
 def reexec_in_trainer(argv: list[str]) -> None:
     """Replace this process with the same command in the trainer environment."""
     python = trainer_python()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = with_chexflow_importable(os.environ)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(str(python), [str(python), "-m", "chexflow.cli", *argv], env)

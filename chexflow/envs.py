@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
@@ -46,6 +47,14 @@ def trainer_python() -> Path:
         f"Create it with `make setup-trainer` (or images/install-trainer.sh {venv}),\n"
         f"or point {TRAINER_ENV_VAR} at a python that has tensorflow and horovod."
     )
+
+
+def with_chexflow_importable(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of `env` whose PYTHONPATH lets any interpreter import chexflow from this source
+    tree: a CHEXFLOW_TRAINER_PYTHON interpreter need not have chexflow installed."""
+    out = dict(env)
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return out
 
 
 def trainer_bin(name: str) -> Path:

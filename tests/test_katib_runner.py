@@ -107,6 +107,20 @@ def test_goal_reached_stops_the_experiment(tmp_path: Path):
     assert all(t["status"] in ("Succeeded", "Killed") for t in res["trials"])
 
 
+def test_failed_trial_shows_the_commands_own_error_line_not_the_last_lines(tmp_path: Path):
+    # As a chexflow train trial that fails: its one-line reason, then horovodrun's noise.
+    cmd = (f"{PY} -c 'import sys; print(\"chexflow train: error: --data /d: no manifest.json "
+           "there\"); [print(f\"horovodrun noise {i}\") for i in range(20)]; sys.exit(1)'")
+    proc = tune(example("random"), tmp_path / "s", cmd, "--set", "spec.maxTrialCount=1",
+                "--set", "spec.parallelTrialCount=1", "--set", "spec.maxFailedTrialCount=1",
+                check=False)
+    assert proc.returncode == 1  # the Experiment Failed
+    (trial,) = read_json(tmp_path / "s" / "results.json")["trials"]
+    assert trial["status"] == "Failed"
+    assert trial["message"] == ("exit code 1: chexflow train: error: --data /d: no manifest.json "
+                                "there")
+
+
 def test_medianstop_stops_a_clearly_bad_trial(tmp_path: Path):
     # The first trial is good (loss 0.1, 0.11, ...), the second clearly bad (loss 5.0).
     script = tmp_path / "trial.py"

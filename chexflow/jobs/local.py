@@ -14,9 +14,16 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from chexflow.envs import REPO_ROOT, in_trainer_env, trainer_bin, trainer_python
+from chexflow.envs import (
+    REPO_ROOT,
+    in_trainer_env,
+    trainer_bin,
+    trainer_python,
+    with_chexflow_importable,
+)
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
+from chexflow.processes import die_with_parent
 
 TAIL_LINES = 60
 KILL_GRACE_SECONDS = 10
@@ -43,11 +50,12 @@ def resolve_command(spec: JobSpec) -> list[str]:
 
 
 def horovodrun_command(program: list[str], processes: int, hosts: str | None = None,
-                       horovodrun: str | None = None) -> list[str]:
-    """`horovodrun -np N -H HOSTS --gloo PROGRAM...`: N ranks over gloo (HOSTS default
-    localhost:N), horovodrun from the trainer environment unless given."""
+                       horovodrun: str | None = None, controller: str = "gloo") -> list[str]:
+    """`horovodrun -np N -H HOSTS --gloo PROGRAM...`: N ranks over gloo, or mpirun with
+    controller "mpi" (HOSTS default localhost:N), horovodrun from the trainer environment
+    unless given."""
     return [horovodrun or str(trainer_bin("horovodrun")), "-np", str(processes),
-            "-H", hosts or f"localhost:{processes}", "--gloo", *program]
+            "-H", hosts or f"localhost:{processes}", f"--{controller}", *program]
 
 
 def local_argv(spec: JobSpec) -> list[str]:
@@ -59,8 +67,7 @@ def local_argv(spec: JobSpec) -> list[str]:
 
 
 def job_environment(spec: JobSpec) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = with_chexflow_importable(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     env["CHEXFLOW_JOB_NAME"] = spec.name
     env.update(spec.env)
@@ -99,6 +106,7 @@ class LocalBackend:
             env=job_environment(spec),
             cwd=spec.working_dir,
             start_new_session=True,
+            preexec_fn=die_with_parent(),  # a killed caller leaves no job running
         )
         reader = threading.Thread(
             target=_pump, args=(proc, spec.name, out, log_file, tail), daemon=True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -95,11 +96,11 @@ def parse_json_line(line: str, names: list[str]) -> list[tuple[str, float]]:
 def read_tfevents(directory: Path, names: list[str]) -> dict[str, list[float]]:
     """Katib's TensorFlowEvent collector: every event file under the folder, read by tfevents.py
     in the trainer environment (tensorboard is installed there, as in Katib's collector image)."""
-    from chexflow.envs import REPO_ROOT, trainer_python
+    from chexflow.envs import trainer_python, with_chexflow_importable
 
     proc = subprocess.run(
         [str(trainer_python()), "-m", "chexflow.katib.tfevents", str(directory), *names],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
+        capture_output=True, text=True, env=with_chexflow_importable(os.environ), timeout=600,
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

@@ -20,7 +20,6 @@ trialSpec's volumes, which map to local folders as usual.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import queue
 import secrets
@@ -72,6 +71,7 @@ from chexflow.katib.trialspec import (
     trial_values,
     volume_mounts,
 )
+from chexflow.processes import die_with_parent
 
 NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 KILL_GRACE_S = 10.0
@@ -144,12 +144,6 @@ def end_condition(exp: Experiment, trials: list[TrialRecord], exhausted: bool
     return None
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL when the runner dies (Linux prctl PR_SET_PDEATHSIG)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-
-
 @dataclass
 class _Running:
     rec: TrialRecord
@@ -159,6 +153,7 @@ class _Running:
     thread: threading.Thread | None = None
     tail: threading.Thread | None = None
     lines: list[str] = field(default_factory=list)
+    error_line: str = ""  # the last `PROG: error: ...` line: chexflow's own one-line reason
 
 
 class LocalRunner:
@@ -286,7 +281,7 @@ class LocalRunner:
         proc = subprocess.Popen(
             cmd, shell=isinstance(cmd, str), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, env=env,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
         )
         rec.status, rec.started, rec.pgid = "Running", now(), proc.pid
         rec.command = [shown]
@@ -309,6 +304,8 @@ class LocalRunner:
                 log.write(line)
                 log.flush()
                 run.lines = (run.lines + [line.rstrip()])[-5:]
+                if ": error: " in line:
+                    run.error_line = line.strip()
                 if self.exp.collector.kind == "StdOut":
                     self._feed(run, self.parser.parse(line))
             code = run.proc.wait()
@@ -371,7 +368,7 @@ class LocalRunner:
                            f"{rule.comparison} than the rule value {rule.value:.6g}")
         elif code != 0:
             rec.status = "Failed"
-            tail = " | ".join(x for x in run.lines if x)[-300:]
+            tail = run.error_line or " | ".join(x for x in run.lines if x)[-300:]
             rec.message = f"exit code {code}" + (f": {tail}" if tail else "")
         elif (error := self._collect(rec)) is not None:
             rec.status, rec.message = "Failed", f"metrics collector: {error}"

@@ -199,7 +199,7 @@ def split_mpirun(argv: list[str], where: str) -> tuple[int, list[str]]:
 def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
                   trial_args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment a local trial runs for this rendered trialSpec."""
-    from chexflow.envs import REPO_ROOT, trainer_python
+    from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
     container, pods = primary_container(exp, spec)
@@ -210,8 +210,7 @@ def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default
     argv = map_paths(override_args(argv, trial_args), volume_mounts(pods, volumes, default_root))
     env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
            if "name" in e and "value" in e}
-    paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    env["PYTHONPATH"] = with_chexflow_importable(os.environ)["PYTHONPATH"]
     if os.path.basename(argv[0]) in MPI_LAUNCHERS:
         n, program = split_mpirun(argv, where)
         if os.path.basename(program[0]) in PYTHONS:

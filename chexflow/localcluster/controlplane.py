@@ -28,6 +28,7 @@ from pathlib import Path
 
 from chexflow.errors import ChexflowError
 from chexflow.localcluster import binaries, certs, crds, nodes, realnode
+from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
@@ -56,13 +57,6 @@ def _alive(pid: int, exe: str) -> bool:
         return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)") == exe
     except OSError:
         return False
-
-
-def _term_with_parent() -> None:
-    """In the child before exec: SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG)."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 def rss_mib(pid: int) -> dict[str, float]:
@@ -244,7 +238,7 @@ class LocalCluster:
             proc = subprocess.Popen([exe, *args], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     env={**os.environ, **(env or {})},
-                                    preexec_fn=_term_with_parent if self.die_with_parent else None)
+                                    preexec_fn=die_with_parent() if self.die_with_parent else None)
         self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log)}
         self.save()
 

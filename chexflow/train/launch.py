@@ -82,26 +82,29 @@ def resolve_hosts(workers: int, hosts: str | None) -> str:
     return hosts
 
 
+def check_controller(controller: str) -> None:
+    """The MPI controller needs OpenMPI's mpirun on PATH (horovodrun --mpi starts it)."""
+    if controller == "mpi" and not shutil.which("mpirun"):
+        raise LaunchError("--controller mpi: no mpirun on PATH; install OpenMPI (Debian: "
+                          "openmpi-bin libopenmpi-dev, then rebuild Horovod with "
+                          "HOROVOD_WITH_MPI=1) or use --controller gloo")
+
+
 def run_local(workers: int, hosts: str | None, options: TrainOptions,
-              env: dict[str, str] | None = None) -> int:
-    """Start the workers with horovodrun and wait; a worker's own error becomes ours, and a
-    worker that died otherwise is named in one line. horovodrun gets SIGTERM (and ends its
-    workers) when this process dies, however it ends."""
-    from chexflow.envs import REPO_ROOT, trainer_python
+              env: dict[str, str] | None = None, controller: str = "gloo") -> int:
+    """Start the workers with horovodrun (controller gloo or mpi) and wait; a worker's own
+    error becomes ours, and a worker that died otherwise is named in one line. horovodrun gets
+    SIGTERM (and ends its workers) when this process dies, however it ends."""
+    from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
+    check_controller(controller)
     cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers,
-                             resolve_hosts(workers, hosts))
+                             resolve_hosts(workers, hosts), controller=controller)
     with tempfile.TemporaryDirectory(prefix="chexflow-train-") as tmp:
         error_file = Path(tmp) / "error.txt"
-        env = {
-            **os.environ,
-            **(env or {}),
-            ERROR_FILE_ENV: str(error_file),
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-            ),
-        }
+        env = with_chexflow_importable({**os.environ, **(env or {}),
+                                        ERROR_FILE_ENV: str(error_file)})
         print("launch: " + " ".join(cmd), flush=True)
         sys.stdout.flush()
         rc, log = _run_horovodrun(cmd, env)
