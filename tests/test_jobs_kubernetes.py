@@ -212,3 +212,68 @@ def test_one_finished_condition_for_mpijobs_jobs_and_experiments():
     complete = {"type": "Complete", "status": "True"}
     assert finished_condition([complete], "Job") == complete
     assert finished_condition([{"type": "Failed", "status": "False"}], "Job") is None
+
+
+def test_sigterm_while_waiting_deletes_the_job_and_raises_one_line():
+    """A KFP run terminated sends the step's process SIGTERM: the backend deletes the MPIJob
+    (its pods go with it) and ends with JobCancelled; the SIGTERM handler is restored."""
+    import os
+    import signal
+
+    from chexflow.jobs import JobCancelled
+
+    fake = RecordedRequestFakeKubeApi(scripts={"train-s": [["Created", "Running"]] * 100})
+    b, out = backend(fake)
+    polls = []
+
+    def sleep(seconds: float) -> None:
+        polls.append(seconds)
+        if len(polls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    b.sleep = sleep
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(JobCancelled) as err:
+        b.run(train_spec("train-s"))
+    assert str(err.value) == "stopped by SIGTERM: deleted MPIJob team-a/train-s and its pods"
+    delete = fake.requests[-1]
+    assert (delete.method, delete.path) == ("DELETE", f"{MPI_PATH}/train-s")
+    assert delete.body["propagationPolicy"] == "Background"
+    assert "SIGTERM: deleting MPIJob/train-s" in out.getvalue()
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_restarted_launcher_attempt_is_reported_once_with_its_previous_log():
+    """restartPolicy OnFailure restarts the launcher container in its pod, and the Job
+    controller deletes that pod when the backoff limit is reached: the failed attempt's log
+    (previous container) is read when the restart is seen and kept for the final error."""
+    from kubernetes.client import (
+        V1ContainerState,
+        V1ContainerStateRunning,
+        V1ContainerStateTerminated,
+        V1ContainerStatus,
+        V1ObjectMeta,
+        V1Pod,
+        V1PodStatus,
+    )
+
+    from chexflow.jobs.render import LAUNCHER_ROLE_LABEL
+
+    fake = RecordedRequestFakeKubeApi(logs={"train-r": "ssh: connect to host train-r-worker-1 "
+                                                      "port 2222: Connection refused\n"})
+    b, out = backend(fake)
+    status = V1ContainerStatus(
+        name="launcher", image="i", image_id="", ready=True, restart_count=1,
+        last_state=V1ContainerState(terminated=V1ContainerStateTerminated(exit_code=255,
+                                                                          reason="Error")),
+        state=V1ContainerState(running=V1ContainerStateRunning()))
+    pod = V1Pod(metadata=V1ObjectMeta(name="train-r-launcher-x1",
+                                      labels={LAUNCHER_ROLE_LABEL: "launcher"}),
+                status=V1PodStatus(phase="Running", container_statuses=[status]))
+    b.note_failed_attempts("MPIJob", "train-r", [pod])
+    b.note_failed_attempts("MPIJob", "train-r", [pod])  # the same attempt, seen again
+    line = "attempt 1 failed in pod train-r-launcher-x1 (exit code 255: Error)"
+    assert out.getvalue().count(line) == 1
+    logs = [r for r in fake.requests if r.path.endswith("/log")]
+    assert len(logs) == 1 and logs[0].query["previous"] is True
+    assert "Connection refused" in list(b._failed_attempts.values())[0]

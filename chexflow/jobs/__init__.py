@@ -9,12 +9,23 @@ from __future__ import annotations
 from typing import Any
 
 from chexflow.jobs.result import JobResult
-from chexflow.jobs.spec import JobFailed, JobSpec, JobSpecError, JobTimeout, Volume, dns_name
+from chexflow.jobs.spec import (
+    ClusterOptions,
+    JobCancelled,
+    JobFailed,
+    JobSpec,
+    JobSpecError,
+    JobTimeout,
+    Volume,
+    dns_name,
+)
 
 BACKENDS = ("local", "kubernetes")
 
 __all__ = [
     "BACKENDS",
+    "ClusterOptions",
+    "JobCancelled",
     "JobFailed",
     "JobResult",
     "JobSpec",
