@@ -54,14 +54,14 @@ class _Terminated(BaseException):
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises _Terminated in the main thread (once: a second SIGTERM is
-    ignored while the job is being deleted); the previous handler is restored afterwards."""
+    """While inside, SIGTERM raises _Terminated in the main thread (once: SIGTERM is ignored
+    while the job is being deleted); the previous handler is restored afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _ignore_sigterm()
         raise _Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -69,6 +69,11 @@ def sigterm_raises() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _ignore_sigterm() -> None:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def spec_hash(obj: dict[str, Any]) -> str:
@@ -135,20 +140,18 @@ class KubernetesBackend:
             try:
                 self.create(obj)
                 cond = self.wait(obj, spec.timeout_seconds + SCHEDULING_GRACE_SECONDS)
-            except JobFailed:  # timed out, or could not be scheduled
+            except BaseException as e:
+                # Timed out, unschedulable, stopped (SIGTERM, Ctrl-C) or broken: do not leave
+                # the job running; a SIGTERM now must not cut the deletion short.
+                _ignore_sigterm()
+                if isinstance(e, _Terminated):
+                    self._log(spec.name, f"SIGTERM: deleting {kind}/{spec.name}")
+                elif not isinstance(e, JobFailed):
+                    self._log(spec.name, f"interrupted: deleting {kind}/{spec.name}")
                 self.delete(kind, spec.name)
-                raise
-            except _Terminated:
-                self._log(spec.name, f"SIGTERM: deleting {kind}/{spec.name}")
-                self.delete(kind, spec.name)
-                raise JobCancelled(
-                    f"stopped by SIGTERM: deleted {kind} {self.namespace}/{spec.name} and its "
-                    f"pods"
-                ) from None
-            except BaseException:
-                # Interrupted (Ctrl-C) or broken: do not leave the job running.
-                self._log(spec.name, f"interrupted: deleting {kind}/{spec.name}")
-                self.delete(kind, spec.name)
+                if isinstance(e, _Terminated):
+                    raise JobCancelled(f"stopped by SIGTERM: deleted {kind} {self.namespace}/"
+                                       f"{spec.name} and its pods") from None
                 raise
         wall = self.clock() - start
         tail = self.log_tail(kind, spec.name)
