@@ -15,7 +15,7 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     """The JobSpec fields as command-line options (shared by `mpijob render`)."""
     p.add_argument("--name", required=True, help="job name (DNS label)")
     p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--gpus-per-worker", type=int, default=0)
+    p.add_argument("--gpus-per-worker", type=int, default=0, help="nvidia.com/gpu per worker")
     p.add_argument("--slots-per-worker", type=int, default=0,
                    help="ranks per worker pod (slotsPerWorker); default: one per GPU, at least 1")
     p.add_argument("--cpu", default="", help="CPU per worker (Kubernetes quantity); default: "
