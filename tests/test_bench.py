@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from chexflow.bench.core import Result, Side, compare, markdown, write_report
+from chexflow.bench.core import (
+    Result,
+    Side,
+    compare,
+    compare_each,
+    cpu_model,
+    markdown,
+    write_report,
+)
 from tests.conftest import read_json, run_chexflow
 
 FIGURES = ("samples_a", "samples_b", "median_a", "median_b", "spread_a", "spread_b", "ratio",
@@ -31,6 +39,59 @@ def test_compare_interleaves_sides_and_computes_figures(tmp_path):
     assert "| demo | A | B | 9 ± 0 | 10 ± 0 | images/s | ratio A/B | 0.900 | ≥ 0.95 | NO |" in table
 
 
+def test_report_logic_flags_a_baseline_slower_than_the_real_side(tmp_path):
+    """Plain callables as sides: a synthetic baseline 5% slower than real data is suspect and
+    not met, though the ratio clears the goal; 2% slower is within the allowance and met."""
+    suspect = compare("input pipeline demo", "images/s", Side("TFRecords", lambda: 10.5),
+                      Side("synthetic", lambda: 10.0), repeats=2, goal=0.97, suspect_above=1.03)
+    fine = compare("input pipeline ok", "images/s", Side("TFRecords", lambda: 10.2),
+                   Side("synthetic", lambda: 10.0), repeats=2, goal=0.97, suspect_above=1.03)
+    assert suspect.ratio == pytest.approx(1.05) and suspect.baseline_suspect and not suspect.met
+    assert fine.ratio == pytest.approx(1.02) and not fine.baseline_suspect and fine.met
+    doc = write_report([suspect, fine], tmp_path)
+    assert [(r["baseline_suspect"], r["met"]) for r in doc["results"]] == [(True, False),
+                                                                          (False, True)]
+    table = (tmp_path / "bench.md").read_text()
+    assert "| 1.050 | ≥ 0.97 | NO (baseline suspect) |" in table
+    assert "| 1.020 | ≥ 0.97 | yes |" in table
+
+
+def test_report_logic_scaling_against_two_baselines_with_the_machine_beside(tmp_path):
+    """Plain callables as sides: Horovod's total against one worker alone x 2 and against two
+    independent workers at once, interleaved in one loop; both figures share the Horovod samples
+    and the table is followed by the CPU model, cores and the one-worker rate."""
+    order: list[str] = []
+
+    def side(name: str, value: float):
+        return lambda: order.append(name) or value
+
+    alone = Side("1 worker alone x 2", side("alone", 60.0))
+    results = compare_each(
+        ["scaling vs one worker alone", "scaling vs 2 independent workers"], "images/s",
+        Side("2 workers (total)", side("horovod", 45.0)),
+        [alone, Side("2 independent workers at once (total)", side("concurrent", 50.0))],
+        repeats=2, goal=0.9, figure_name="scaling efficiency",
+    )
+    for r in results:
+        r.notes["one_worker_images_per_sec"] = [s / 2 for s in alone.samples]
+    assert order == ["horovod", "alone", "concurrent", "concurrent", "alone", "horovod"]
+    assert [round(r.figure, 3) for r in results] == [0.75, 0.9]
+    assert [r.met for r in results] == [False, True]
+    assert results[0].samples_a == results[1].samples_a == [45.0, 45.0]
+    doc = write_report(results, tmp_path)
+    assert doc["machine"]["cpu_model"] == cpu_model() != ""
+    table = (tmp_path / "bench.md").read_text()
+    assert f"({cpu_model()})" in table.splitlines()[0]
+    assert (f"scaling vs one worker alone: {cpu_model()}, {doc['machine']['cpus']} cores; one "
+            "worker alone 30 images/s (median of 2)") in table
+
+
+def test_cpu_model_reads_the_model_name_of_proc_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n")
+    assert cpu_model(info) == "AMD EPYC 7B13"
+
+
 @pytest.mark.trainer
 @pytest.mark.slow
 def test_bench_quick_runs_every_comparison(tmp_path):
@@ -39,7 +100,9 @@ def test_bench_quick_runs_every_comparison(tmp_path):
     doc = read_json(out / "bench.json")
     names = [r["name"] for r in doc["results"]]
     assert names == ["preprocessing", "input pipeline resnet50", "orchestration overhead",
-                     "horovod scaling resnet50", "katib runner overhead"]
+                     "horovod scaling resnet50 vs one worker alone",
+                     "horovod scaling resnet50 vs 2 independent workers",
+                     "katib runner overhead"]
     for r in doc["results"]:
         assert set(FIGURES) <= set(r), r["name"]
         assert len(r["samples_a"]) == len(r["samples_b"]) == 1
@@ -48,6 +111,9 @@ def test_bench_quick_runs_every_comparison(tmp_path):
     assert pre["png_decode_images_per_sec"] > 0 and pre["fraction_of_limit"] > 0
     assert set(doc["results"][2]["notes"]["wall_seconds"]) == {"chexflow run", "horovodrun"}
     assert doc["machine"]["cpus"] >= 1
+    assert "baseline_suspect" in doc["results"][1]
+    assert doc["results"][3]["samples_a"] == doc["results"][4]["samples_a"]
+    assert len(doc["results"][3]["notes"]["one_worker_images_per_sec"]) == 1
     assert (out / "bench.png").stat().st_size > 0
     assert "| preprocessing |" in (out / "bench.md").read_text()
     assert "bench.md" in proc.stdout

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
+# long (one 2-worker run per option per repeat): run only when named in --only
+ON_REQUEST = ("horovod-options",)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks the plumbing")
     p.add_argument("--gpu", action="store_true", help="the single-GPU sweep (needs a GPU)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
-    p.add_argument("--only", nargs="+", choices=COMPARISONS, help="run only these comparisons")
+    p.add_argument("--only", nargs="+", choices=COMPARISONS + ON_REQUEST,
+                   help="run only these comparisons (horovod-options runs only when named)")
     p.add_argument("--repeats", type=int, help="runs of each side (default 3; --quick 1)")
     p.set_defaults(func=run_bench)
 
@@ -58,7 +61,7 @@ def run_bench(args: argparse.Namespace) -> int:
         n, px = (40, 128) if quick else (1500, 1024)
         results.append(preprocessing.run(work / "preprocessing", n, px, 224, 2, repeats))
     data = None
-    if {"input-pipeline", "scaling"} & set(wanted):
+    if {"input-pipeline", "scaling", "horovod-options"} & set(wanted):
         data = synth_tfrecords(work, 120 if quick else 1200, 64, size)
     if "input-pipeline" in wanted:
         for model in ("resnet50",) if quick else ("densenet121", "resnet50"):
@@ -67,7 +70,9 @@ def run_bench(args: argparse.Namespace) -> int:
         results.append(orchestration.run(work / "orchestration", "resnet50", size, batch, steps,
                                          workers=1 if quick else 2, repeats=repeats))
     if "scaling" in wanted:
-        results.append(training.scaling(work, data, "resnet50", size, batch, steps, repeats))
+        results += training.scaling(work, data, "resnet50", size, batch, steps, repeats)
+    if "horovod-options" in wanted:
+        results += training.horovod_options(work, data, "resnet50", size, batch, steps, repeats)
     if "katib" in wanted:
         results.append(katib_overhead.run(work / "katib", 5 if quick else 20, repeats))
     doc = write_report(results, out, {"quick": quick, "repeats": repeats})

@@ -2,11 +2,14 @@
 
 A side is a callable returning one figure (higher is better, e.g. images/s). The result holds
 every sample, the medians, the spread and the ratio of medians (side A / side B) against a goal.
+A baseline that should bound side A from above (synthetic input against real input) but runs
+slower than it is suspect: such a result is flagged and does not count as met.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -40,6 +43,7 @@ class Result:
     notes: dict = field(default_factory=dict)
     goal_is_max: bool = False
     figure_name: str = "ratio A/B"
+    suspect_above: float | None = None  # a ratio above it: B does not bound A, B is suspect
 
     @property
     def median_a(self) -> float:
@@ -58,14 +62,21 @@ class Result:
         return self.median_a - self.median_b if self.goal_is_max else self.ratio
 
     @property
+    def baseline_suspect(self) -> bool:
+        """B is meant to bound A from above, yet A ran faster than B by more than allowed."""
+        return self.suspect_above is not None and self.ratio > self.suspect_above
+
+    @property
     def met(self) -> bool:
+        if self.baseline_suspect:
+            return False
         return self.figure <= self.goal if self.goal_is_max else self.figure >= self.goal
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d.update(
             median_a=self.median_a, median_b=self.median_b, ratio=self.ratio,
-            figure=self.figure, met=self.met,
+            figure=self.figure, met=self.met, baseline_suspect=self.baseline_suspect,
             spread_a=spread(self.samples_a), spread_b=spread(self.samples_b),
         )
         return d
@@ -76,33 +87,63 @@ def spread(samples: list[float]) -> float:
     return (max(samples) - min(samples)) / 2 if samples else 0.0
 
 
+def interleave(name: str, sides: list[Side], repeats: int) -> None:
+    """Run every side `repeats` times, one of each per round, the order reversed every other
+    round (ABC, CBA, ABC...), appending to each side's samples."""
+    with tqdm(total=len(sides) * repeats, desc=name, unit="run", leave=False) as bar:
+        for i in range(repeats):
+            for side in sides if i % 2 == 0 else sides[::-1]:
+                side.samples.append(float(side.run()))
+                bar.update()
+
+
 def compare(name: str, unit: str, a: Side, b: Side, repeats: int, goal: float,
             notes: dict | None = None, **result_options) -> Result:
     """Run a and b alternately `repeats` times each (ABAB.. then BABA.. order flips each round)."""
-    with tqdm(total=2 * repeats, desc=name, unit="run", leave=False) as bar:
-        for i in range(repeats):
-            for side in (a, b) if i % 2 == 0 else (b, a):
-                side.samples.append(float(side.run()))
-                bar.update()
+    interleave(name, [a, b], repeats)
     return Result(name, unit, a.name, b.name, a.samples, b.samples, goal, notes or {},
                   **result_options)
 
 
-def machine() -> dict:
-    import os
+def compare_each(names: list[str], unit: str, a: Side, baselines: list[Side], repeats: int,
+                 goal: float, notes: dict | None = None, **result_options) -> list[Result]:
+    """Side a against each baseline, all interleaved in one loop: one Result per baseline
+    (names[i] for baselines[i]), every one holding the same samples of a."""
+    interleave(names[0], [a, *baselines], repeats)
+    return [Result(n, unit, a.name, b.name, a.samples, b.samples, goal, dict(notes or {}),
+                   **result_options) for n, b in zip(names, baselines, strict=True)]
 
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name as the kernel reports it (the machine kind when there is none)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "cpu_model": cpu_model(),
         "processor": platform.processor() or platform.machine(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
 
 
 def markdown(results: list[Result], host: dict) -> str:
+    load = host.get("load_average")
     lines = [
-        f"Measured on {host['cpus']} CPUs, {host['platform']}, {host['when']}.",
+        f"Measured on {host['cpus']} CPUs ({host.get('cpu_model', host['processor'])}), "
+        f"{host['platform']}, {host['when']}"
+        + (f", load average {load[0]:g} at the end." if load else "."),
         "",
         "| comparison | A | B | median A | median B | unit | figure | value | goal | met |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -111,10 +152,25 @@ def markdown(results: list[Result], host: dict) -> str:
         lines.append(
             f"| {r.name} | {r.a} | {r.b} | {r.median_a:.4g} ± {spread(r.samples_a):.2g} | "
             f"{r.median_b:.4g} ± {spread(r.samples_b):.2g} | {r.unit} | {r.figure_name} | "
-            f"{r.figure:.3f} | {'≤' if r.goal_is_max else '≥'} {r.goal:g} | "
-            f"{'yes' if r.met else 'NO'} |"
+            f"{r.figure:.3f} | {'≤' if r.goal_is_max else '≥'} {r.goal:g} | {verdict(r)} |"
         )
+    lines += [f"\n{r.name}: {note}" for r in results for note in machine_notes(r, host)]
     return "\n".join(lines) + "\n"
+
+
+def verdict(r: Result) -> str:
+    if r.baseline_suspect:
+        return "NO (baseline suspect)"
+    return "yes" if r.met else "NO"
+
+
+def machine_notes(r: Result, host: dict) -> list[str]:
+    """The machine beside a scaling figure: CPU model, cores and the one-worker rate."""
+    solo = r.notes.get("one_worker_images_per_sec")
+    if not solo:
+        return []
+    return [f"{host.get('cpu_model', host['processor'])}, {host['cpus']} cores; one worker "
+            f"alone {statistics.median(solo):.4g} images/s (median of {len(solo)})"]
 
 
 def plot(results: list[Result], path: Path) -> None:
