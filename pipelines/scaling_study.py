@@ -1,5 +1,10 @@
 """`scaling-study`: the same training at several worker counts (ParallelFor, one at a time so
-runs do not compete for the machines) -> throughput and scaling efficiency vs workers."""
+runs do not compete for the machines) -> throughput and scaling efficiency vs workers.
+
+On hosts without a GPU every worker gets `threads_per_worker` TensorFlow threads at every
+count (as each gets one GPU on GPU hosts); the worker's own default, cores / ranks, would give
+a 1-worker run every core and each of N workers 1/N of them, so the chart would measure thread
+counts, not Horovod."""
 
 
 from kfp import dsl
@@ -33,6 +38,7 @@ def build(default_trainer_image: str | None = None):
         slots_per_worker: int = 0,
         cpu_per_worker: str = "",
         memory_per_worker: str = "",
+        threads_per_worker: int = 1,
         epochs: int = 1,
         batch_size: int = 64,
         image_size: int = 224,
@@ -66,7 +72,7 @@ def build(default_trainer_image: str | None = None):
                 synthetic_data=synthetic_data, seed=0, gpus_per_worker=gpus_per_worker,
                 slots_per_worker=slots_per_worker,
                 cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker,
-                target=loop_target, hparams_json="",
+                threads=threads_per_worker, target=loop_target, hparams_json="",
             ), data_pvc).after(prep)
         on_cluster(scaling_report_op(
             summaries=dsl.Collected(train.outputs["summary"]), target=target,

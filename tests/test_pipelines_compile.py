@@ -154,6 +154,16 @@ def test_scaling_study_loops_over_worker_counts_one_at_a_time(compiled):
     assert "summaries" in report["inputs"]["parameters"]  # dsl.Collected of every run
 
 
+def test_scaling_study_gives_every_worker_the_same_threads_at_every_count(compiled):
+    """threads_per_worker (default 1) reaches train-op at every worker count: without it a
+    1-worker CPU run took every core and each of N workers 1/N of them."""
+    spec, _ = compiled["scaling-study"]
+    default = spec["root"]["inputDefinitions"]["parameters"]["threads_per_worker"]
+    assert default["defaultValue"] == 1
+    threads = train_task(spec)["inputs"]["parameters"]["threads"]
+    assert threads["componentInputParameter"].endswith("threads_per_worker")
+
+
 def test_tune_then_train_feeds_the_optimal_trial_into_training(compiled):
     spec, _ = compiled["tune-then-train"]
     hp = train_task(spec)["inputs"]["parameters"]["hparams_json"]

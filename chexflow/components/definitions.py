@@ -93,10 +93,12 @@ def train_op(
     target: dict,
     hparams_json: str,
     metrics: Output[Metrics],
+    threads: int = 0,
 ) -> NamedTuple("TrainOutputs", [("model_path", str), ("summary", str)]):  # noqa: UP014
     """Horovod training as an MPIJob (or horovodrun locally); logs throughput and val AUROC.
     slots_per_worker 0: one rank per GPU; cpu/memory_per_worker "": a share per GPU (per rank
-    without GPUs)."""
+    without GPUs); threads: TensorFlow threads per worker on hosts without a GPU (0: cores /
+    ranks on the host)."""
     import json
     from collections import namedtuple
 
@@ -110,6 +112,7 @@ def train_op(
         model=model, epochs=epochs, batch_size=batch_size, lr=lr, image_size=image_size,
         weights=weights, steps_per_epoch=steps_per_epoch or None,  # 0: the worker's default
         validation_steps=validation_steps or None, synthetic_data=synthetic_data, seed=seed,
+        threads=threads or None,
     ), hparams_json)
     m = train_step(data_dir, workers, options, job_target)
     for key in ("workers", "processes", "batch_size_per_worker", "global_batch_size",
