@@ -3,6 +3,10 @@ JSON, Markdown and PNG with every figure. Speeds are not asserted here (they liv
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
 import pytest
 
 from chexflow.bench.core import (
@@ -14,7 +18,8 @@ from chexflow.bench.core import (
     markdown,
     write_report,
 )
-from tests.conftest import read_json, run_chexflow
+from chexflow.envs import trainer_python
+from tests.conftest import REPO, read_json, run_chexflow
 
 FIGURES = ("samples_a", "samples_b", "median_a", "median_b", "spread_a", "spread_b", "ratio",
            "figure", "goal", "met", "unit", "a", "b", "notes")
@@ -90,6 +95,44 @@ def test_cpu_model_reads_the_model_name_of_proc_cpuinfo(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n")
     assert cpu_model(info) == "AMD EPYC 7B13"
+
+
+INPUT_STAGES = """
+import json, sys
+from pathlib import Path
+from tensorflow.core.framework import graph_pb2
+from chexflow.data.manifest import load_manifest
+from chexflow.train import data
+
+def ops(ds):
+    g = graph_pb2.GraphDef()
+    g.ParseFromString(ds._as_serialized_graph().numpy())
+    return sorted({n.op for n in g.node} | {n.op for f in g.library.function for n in f.node_def})
+
+m = load_manifest(Path(sys.argv[1]))
+real = data.train_dataset(m, 4, 0, 1, 0)
+synthetic = data.synthetic_dataset(m.image_size, len(m.classes), 4, 0)
+print(json.dumps({name: {"spec": str(ds.element_spec), "ops": ops(ds)}
+                  for name, ds in (("real", real), ("synthetic", synthetic))}))
+"""
+
+
+@pytest.mark.trainer
+def test_synthetic_input_runs_the_real_inputs_stages_from_memory(nih_tfrecords):
+    """The synthetic side of the input-pipeline comparison hands the training step batches of
+    the same shape (batch dimension unknown, as the real pipeline's decode leaves it: a
+    different shape compiles a different step) through the same parse, decode, batch and
+    prefetch stages; only the TFRecord files are missing."""
+    proc = subprocess.run([str(trainer_python()), "-c", INPUT_STAGES, str(nih_tfrecords)],
+                          capture_output=True, text=True, check=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    sides = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sides["synthetic"]["spec"] == sides["real"]["spec"]
+    assert "shape=(None, 64, 64, 1), dtype=tf.uint8" in sides["real"]["spec"]
+    stages = {"ParseExampleV2", "DecodeRaw", "BatchDatasetV2", "ParallelMapDatasetV2",
+              "PrefetchDataset", "RepeatDataset"}
+    assert stages <= set(sides["real"]["ops"]) and stages <= set(sides["synthetic"]["ops"])
+    assert set(sides["real"]["ops"]) - set(sides["synthetic"]["ops"]) >= {"TFRecordDataset"}
 
 
 @pytest.mark.trainer

@@ -34,4 +34,4 @@ def run_train(args: argparse.Namespace) -> int:
     with locked_folder(args.out, "train") as lock:
         check_out(args)
         return run_local(args.workers, hosts, TrainOptions.from_namespace(args),
-                         share(lock, args.out))
+                         share(lock, args.out), controller=args.controller)

@@ -7,6 +7,8 @@ own preprocessing layer; labels and mask are packed into one (2 x classes) targe
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import tensorflow as tf
 
@@ -87,15 +89,25 @@ def train_dataset(
             tf.data.TFRecordDataset, cycle_length=min(4, len(files)), num_parallel_calls=AUTOTUNE
         )
     ds = ds.shuffle(2048, seed=seed + rank, reshuffle_each_iteration=True).repeat()
-    ds = ds.batch(batch_size, drop_remainder=True).map(
-        _decode(manifest.image_size, c), num_parallel_calls=AUTOTUNE
+    if not shuffle_labels:
+        return _training_batches(ds, manifest.image_size, c, batch_size)
+    table, rows = _shuffled_label_table([str(s.path) for s in shards], c, seed)
+
+    def relabel(x, y, m, k):
+        return x, tf.gather(rows, table.lookup(k))
+
+    return _training_batches(ds, manifest.image_size, c, batch_size, relabel)
+
+
+def _training_batches(records: tf.data.Dataset, image_size: int, num_classes: int,
+                      batch_size: int, relabel=None) -> tf.data.Dataset:
+    """Serialized examples -> prefetched (images uint8, labels|mask) batches: the stages every
+    training input runs, from TFRecord files or from memory (synthetic_dataset)."""
+    ds = records.batch(batch_size, drop_remainder=True).map(
+        _decode(image_size, num_classes), num_parallel_calls=AUTOTUNE
     )
-    if shuffle_labels:
-        table, rows = _shuffled_label_table([str(s.path) for s in shards], c, seed)
-        ds = ds.map(
-            lambda x, y, m, k: (x, tf.gather(rows, table.lookup(k))),
-            num_parallel_calls=AUTOTUNE,
-        )
+    if relabel is not None:
+        ds = ds.map(relabel, num_parallel_calls=AUTOTUNE)
     else:
         ds = ds.map(lambda x, y, m, k: (x, tf.concat([y, m], axis=1)))
     return ds.prefetch(AUTOTUNE)
@@ -113,10 +125,39 @@ def eval_dataset(
     return ds.prefetch(AUTOTUNE), count
 
 
-def synthetic_dataset(image_size: int, num_classes: int, batch_size: int, seed: int):
-    """The same random batch forever (tf_cnn_benchmarks' synthetic input), held in memory."""
+def random_records(image_size: int, num_classes: int, count: int, seed: int) -> list[bytes]:
+    """`count` serialized examples in the TFRecords' schema: random pixels, ~10% positive
+    labels, every label known."""
+    from chexflow.data.records import Record
+    from chexflow.data.tfrecords import Decoded, encode_example
+
     rng = np.random.default_rng(seed)
-    images = rng.integers(0, 256, (batch_size, image_size, image_size, 1), dtype=np.uint8)
-    labels = (rng.random((batch_size, num_classes)) < 0.1).astype(np.float32)
-    target = np.concatenate([labels, np.ones_like(labels)], axis=1)
-    return tf.data.Dataset.from_tensors((tf.constant(images), tf.constant(target))).repeat()
+    out = []
+    for i in range(count):
+        pixels = rng.integers(0, 256, (image_size, image_size), dtype=np.uint8)
+        labels = (rng.random(num_classes) < 0.1).astype(float).tolist()
+        record = Record(f"synthetic-{seed}-{i}.png", Path(), "synthetic", labels,
+                        [1.0] * num_classes, i + 2)
+        out.append(encode_example(record, Decoded(pixels.tobytes(), image_size, image_size)))
+    return out
+
+
+def synthetic_dataset(image_size: int, num_classes: int, batch_size: int, seed: int):
+    """One batch of random examples held in memory, repeated forever (tf_cnn_benchmarks'
+    synthetic input) through the same shuffle, batch, decode and prefetch stages as
+    train_dataset: the two differ only in where the serialized examples come from."""
+    records = tf.data.Dataset.from_tensor_slices(
+        random_records(image_size, num_classes, batch_size, seed)
+    )
+    ds = records.shuffle(batch_size, seed=seed, reshuffle_each_iteration=True).repeat()
+    return _training_batches(ds, image_size, num_classes, batch_size)
+
+
+def synthetic_eval_dataset(image_size: int, num_classes: int, batch_size: int, batches: int,
+                           seed: int) -> tuple[tf.data.Dataset, int]:
+    """A synthetic validation split in eval_dataset's form: `batches` batches of random
+    examples held in memory."""
+    count = batch_size * batches
+    ds = tf.data.Dataset.from_tensor_slices(random_records(image_size, num_classes, count, seed))
+    ds = ds.batch(batch_size).map(_decode(image_size, num_classes), num_parallel_calls=AUTOTUNE)
+    return ds.prefetch(AUTOTUNE), count

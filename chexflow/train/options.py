@@ -15,6 +15,7 @@ from chexflow.errors import ChexflowError
 
 MODELS = ("densenet121", "resnet50")
 OPTIMIZERS = ("adam", "sgd")
+CONTROLLERS = ("gloo", "mpi")
 WORKER_MODULE = "chexflow.train.worker"
 
 
@@ -63,6 +64,18 @@ class TrainOptions:
         "default: the whole validation split"))
     threads: int | None = field(default=None, metadata=_opt(
         "CPU only: TensorFlow threads per worker (default: cores / workers on the host)"))
+    fp16_allreduce: bool = field(default=False, metadata=_opt(
+        "Horovod: gradients sent as float16 in the allreduce (hvd.Compression.fp16; half the "
+        "bytes, slightly different numbers)"))
+    backward_passes_per_step: int | None = field(default=None, metadata=_opt(
+        "Horovod: gradients of N steps summed locally, then one allreduce and one optimizer "
+        "update every N steps (default 1)"))
+    fusion_threshold_mb: float | None = field(default=None, metadata=_opt(
+        "Horovod tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD; default: Horovod's own "
+        "or the environment's)"))
+    cycle_time_ms: float | None = field(default=None, metadata=_opt(
+        "Horovod cycle time in ms (HOROVOD_CYCLE_TIME; default: the environment's, else 25 on "
+        "hosts without a GPU and Horovod's 1 ms with one)"))
 
     @staticmethod
     def flag(name: str) -> str:
@@ -151,6 +164,11 @@ def add_train_arguments(p: ArgumentAdder, launcher: bool, skip: tuple[str, ...] 
         p.add_argument(TrainOptions.flag(f.name), **kwargs)
     if launcher:
         p.add_argument("--workers", type=int, default=1, help="Horovod processes")
+        p.add_argument(
+            "--controller", choices=CONTROLLERS, default="gloo",
+            help="horovodrun's controller: gloo, or mpi (mpirun, as an MPIJob's launcher runs; "
+            "needs OpenMPI and a Horovod built with it) (default: %(default)s)",
+        )
         p.add_argument(
             "--hosts", help="horovodrun -H, e.g. host1:2,host2:2 (default localhost:WORKERS)"
         )

@@ -39,8 +39,11 @@ def run_identity(args: argparse.Namespace) -> dict:
 def check_options(args: argparse.Namespace) -> None:
     if args.model not in MODELS:
         raise RunError(f"--model {args.model!r}: expected one of {', '.join(MODELS)}")
-    for name in ("epochs", "batch_size", "image_size", "steps_per_epoch", "threads"):
+    for name in ("epochs", "batch_size", "image_size", "steps_per_epoch", "threads",
+                 "backward_passes_per_step"):
         check_range(f"--{name.replace('_', '-')}", getattr(args, name), 1)
+    check_range("--fusion-threshold-mb", args.fusion_threshold_mb, 0)
+    check_range("--cycle-time-ms", args.cycle_time_ms, 0, above=True)
     if args.image_size < 32:
         raise RunError(f"--image-size {args.image_size}: Keras' models need at least 32 px")
     check_range("--validation-steps", args.validation_steps, 1,

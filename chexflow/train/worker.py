@@ -43,10 +43,28 @@ def _xla_autoclustering() -> None:
     os.environ["TF_XLA_FLAGS"] = " ".join(flags)
 
 
-def _horovod_cpu_defaults(tf) -> None:
-    """Before hvd.init(): a longer Horovod cycle on CPU-only hosts, unless the user set one."""
+def _horovod_environment(args: argparse.Namespace, tf) -> None:
+    """Before hvd.init(): --fusion-threshold-mb and --cycle-time-ms as Horovod's variables (over
+    the environment's), and a longer cycle on CPU-only hosts when neither set one."""
+    if args.fusion_threshold_mb is not None:
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(round(args.fusion_threshold_mb * 2**20))
+    if args.cycle_time_ms is not None:
+        os.environ["HOROVOD_CYCLE_TIME"] = f"{args.cycle_time_ms:g}"
     if not tf.config.list_physical_devices("GPU"):
         os.environ.setdefault("HOROVOD_CYCLE_TIME", CPU_CYCLE_TIME_MS)
+
+
+def _horovod_settings(hvd, args: argparse.Namespace) -> dict:
+    """What this run's Horovod did, for metrics.json (after hvd.init())."""
+    threshold = os.environ.get("HOROVOD_FUSION_THRESHOLD")
+    cycle = os.environ.get("HOROVOD_CYCLE_TIME")
+    return {
+        "controller": "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else None,
+        "fp16_allreduce": bool(args.fp16_allreduce),
+        "backward_passes_per_step": args.backward_passes_per_step or 1,
+        "fusion_threshold_bytes": int(threshold) if threshold else None,
+        "cycle_time_ms": float(cycle) if cycle else None,
+    }
 
 
 def _configure_devices(tf, local_rank: int, local_size: int, threads: int | None) -> str:
@@ -133,9 +151,10 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     from chexflow.train import callbacks as cb
     from chexflow.train import data, recipe
 
-    _horovod_cpu_defaults(tf)
+    _horovod_environment(args, tf)
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
+    horovod = _horovod_settings(hvd_tf, args)
     device = _configure_devices(tf, hvd.local_rank(), hvd.local_size(), args.threads)
     out = Path(args.out)
 
@@ -167,7 +186,11 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     if size > 1:
         # one rank has nothing to average, and tracing Horovod's per-gradient allreduce took
         # 12 of the 20 s of building ResNet-50's training step
-        optimizer = hvd.DistributedOptimizer(optimizer)
+        optimizer = hvd.DistributedOptimizer(
+            optimizer,
+            compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
+            backward_passes_per_step=args.backward_passes_per_step or 1,
+        )
     model.compile(
         optimizer=optimizer,
         loss=recipe.MaskedBCE(c, *weights),
@@ -198,15 +221,21 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     initial_epoch = int(state.get("epoch", 0))
     if rank == 0:
         print(
-            f"train: {args.model} {args.image_size}px, {size} workers ({device}), batch "
+            f"train: {args.model} {args.image_size}px, {size} workers ({device}, "
+            f"{horovod['controller']} controller), batch "
             f"{args.batch_size}/worker, lr {args.lr} x {size}"
             + (f"; resumed after epoch {initial_epoch} from {state['restored_from']}"
                if initial_epoch else ""),
             flush=True,
         )
 
+    validation = None  # (dataset, this rank's image count)
     if args.synthetic_data:
+        # the real input's stages and callbacks (validation included) on in-memory examples
         train_ds = data.synthetic_dataset(args.image_size, c, args.batch_size, args.seed + rank)
+        validation = data.synthetic_eval_dataset(args.image_size, c, args.batch_size,
+                                                 args.validation_steps or 1,
+                                                 args.seed + size + rank)
         steps = args.steps_per_epoch or 50
     else:
         train_ds = data.train_dataset(
@@ -215,6 +244,8 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         steps = args.steps_per_epoch or max(
             1, manifest.images("train") // (args.batch_size * size)
         )
+        if manifest.images("val"):
+            validation = data.eval_dataset(manifest, "val", args.batch_size, rank, size)
 
     throughput = cb.Throughput(args.batch_size, args.warmup_steps)
     if rank == 0 and steps <= args.warmup_steps:
@@ -225,9 +256,8 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         )
     plateau = None
     callbacks: list = []
-    if not args.synthetic_data and manifest.images("val"):
-        val_ds, val_count = data.eval_dataset(manifest, "val", args.batch_size, rank, size)
-        callbacks.append(cb.ValidationAUROC(val_ds, val_count, c, args.validation_steps))
+    if validation is not None:
+        callbacks.append(cb.ValidationAUROC(*validation, c, args.validation_steps))
         plateau = recipe.plateau_callback()
         if "plateau" in state:
             plateau.on_train_begin()
@@ -278,6 +308,7 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     if rank == 0:
         state = json.loads(state_file.read_text()) if state_file.exists() else state
         metrics = _metrics(args, size, state, summary, throughput.epochs, started)
+        metrics["horovod"] = horovod
         cb.write_json(out / "metrics.json", metrics)
         print(
             "final " + " ".join(

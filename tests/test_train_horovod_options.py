@@ -1,0 +1,93 @@
+"""Horovod's options reach Horovod: fp16 gradient compression and backward passes per step in a
+real 2-worker run (its Horovod timeline shows float16 allreduces, one per gradient every second
+step), the fusion threshold and cycle time as Horovod's variables, the MPI controller
+(horovodrun --mpi), and one-line refusals of bad values."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import read_json, run_chexflow
+
+TINY = ("--synthetic-data", "--model", "resnet50", "--image-size", 32, "--batch-size", 2,
+        "--epochs", 1, "--steps-per-epoch", 4, "--warmup-steps", 1, "--workers", 2,
+        "--threads", 1, "--validation-steps", 1)
+
+
+def timeline_allreduces(path: Path) -> dict[str, tuple[int, set[str]]]:
+    """Horovod timeline -> {allreduced tensor: (allreduces, dtypes)}."""
+    text = path.read_text().rstrip().rstrip(",")
+    events = json.loads(text if text.endswith("]") else text + "]")
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e.get("name") == "process_name" and "name" in e.get("args", {})}
+    counts: collections.Counter = collections.Counter()
+    dtypes: dict[str, set[str]] = collections.defaultdict(set)
+    for e in events:
+        name = names.get(e.get("pid"), "")
+        if "Allreduce" not in name:
+            continue
+        if e.get("ph") == "B" and e.get("name") == "NEGOTIATE_ALLREDUCE":
+            counts[name] += 1
+        if "dtype" in e.get("args", {}):
+            dtypes[name].add(e["args"]["dtype"])
+    return {n: (counts[n], dtypes[n]) for n in counts}
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_fp16_allreduce_and_backward_passes_reach_horovod(tmp_path):
+    timeline = tmp_path / "timeline.json"
+    out = tmp_path / "run"
+    run_chexflow("train", *TINY, "--fp16-allreduce", "--backward-passes-per-step", 2,
+                 "--fusion-threshold-mb", 32, "--cycle-time-ms", 10, "--out", out,
+                 env={"HOROVOD_TIMELINE": str(timeline)}, timeout=1800)
+    m = read_json(out / "metrics.json")
+    assert m["workers"] == 2 and m["images_per_sec"] > 0
+    assert m["horovod"] == {"controller": "gloo", "fp16_allreduce": True,
+                            "backward_passes_per_step": 2, "fusion_threshold_bytes": 32 * 2**20,
+                            "cycle_time_ms": 10.0}
+    allreduces = timeline_allreduces(timeline)
+    gradients = {n: v for n, v in allreduces.items() if "gradient" in n.lower()}
+    assert len(gradients) > 100, sorted(allreduces)[:5]  # ResNet-50's trainable tensors
+    assert {count for count, _ in gradients.values()} == {2}  # 4 steps / 2 backward passes
+    assert set().union(*(d for _, d in gradients.values())) == {"float16"}
+    assert m["last_epoch"]["val_images"] == 4  # the synthetic run validates as a real one
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_mpi_controller_runs_the_workers_under_mpirun(tmp_path):
+    out = tmp_path / "run"
+    proc = run_chexflow("train", *TINY, "--controller", "mpi", "--out", out, timeout=1800)
+    launch = next(line for line in proc.stdout.splitlines() if line.startswith("launch: "))
+    assert " --mpi " in launch and "--gloo" not in launch
+    m = read_json(out / "metrics.json")
+    assert m["workers"] == 2 and m["images_per_sec"] > 0
+    assert m["horovod"]["controller"] == "mpi"
+
+
+@pytest.mark.trainer
+@pytest.mark.parametrize("args, error", [
+    (("--backward-passes-per-step", 0), "--backward-passes-per-step 0: must be >= 1"),
+    (("--cycle-time-ms", 0), "--cycle-time-ms 0.0: must be > 0"),
+    (("--fusion-threshold-mb", -1), "--fusion-threshold-mb -1.0: must be >= 0"),
+])
+def test_bad_horovod_option_values_are_refused_in_one_line(tmp_path, args, error):
+    proc = run_chexflow("train", *TINY, *args, "--out", tmp_path / "run", check=False)
+    assert proc.returncode == 2 and error in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.trainer
+def test_mpi_controller_without_mpirun_is_refused_in_one_line(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    proc = run_chexflow("train", *TINY, "--controller", "mpi", "--out", tmp_path / "run",
+                        check=False, env={"PATH": str(empty)})
+    assert proc.returncode == 2
+    assert "--controller mpi: no mpirun on PATH" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
