@@ -1,19 +1,23 @@
 """Horovod's options reach Horovod: fp16 gradient compression and backward passes per step in a
 real 2-worker run (its Horovod timeline shows float16 allreduces, one per gradient every second
 step), the fusion threshold and cycle time as Horovod's variables, the MPI controller
-(horovodrun --mpi), and one-line refusals of bad values."""
+(horovodrun --mpi), one-line refusals of bad values, and validation of a model that diverged
+(float16 gradients can overflow) reporting nan rather than failing the run."""
 
 from __future__ import annotations
 
 import collections
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_json, run_chexflow
+from chexflow.envs import trainer_python
+from tests.conftest import REPO, read_json, run_chexflow
 
-TINY = ("--synthetic-data", "--model", "resnet50", "--image-size", 32, "--batch-size", 2,
+TINY = ("--synthetic-data", "--model", "resnet50", "--image-size", 32, "--batch-size", 4,
         "--epochs", 1, "--steps-per-epoch", 4, "--warmup-steps", 1, "--workers", 2,
         "--threads", 1, "--validation-steps", 1)
 
@@ -55,7 +59,7 @@ def test_fp16_allreduce_and_backward_passes_reach_horovod(tmp_path):
     assert len(gradients) > 100, sorted(allreduces)[:5]  # ResNet-50's trainable tensors
     assert {count for count, _ in gradients.values()} == {2}  # 4 steps / 2 backward passes
     assert set().union(*(d for _, d in gradients.values())) == {"float16"}
-    assert m["last_epoch"]["val_images"] == 4  # the synthetic run validates as a real one
+    assert m["last_epoch"]["val_images"] == 8  # the synthetic run validates as a real one
 
 
 @pytest.mark.trainer
@@ -91,3 +95,36 @@ def test_mpi_controller_without_mpirun_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert "--controller mpi: no mpirun on PATH" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+
+
+DIVERGED = """
+import json, math
+import horovod.tensorflow.keras as hvd
+import numpy as np
+import tensorflow as tf
+from tensorflow import keras
+from chexflow.train.callbacks import ValidationAUROC
+
+hvd.init()
+x = keras.Input((4, 4, 1), dtype="uint8")
+nan = keras.layers.Lambda(lambda t: tf.fill([tf.shape(t)[0], 2], float("nan")))(x)
+model = keras.Model(x, nan)
+labels = np.array([[0, 1], [1, 0], [0, 1], [1, 0]], np.float32)
+ds = tf.data.Dataset.from_tensors((np.zeros((4, 4, 4, 1), np.uint8), labels,
+                                   np.ones_like(labels), np.array([b"a", b"b", b"c", b"d"])))
+callback = ValidationAUROC(ds, 4, 2)
+callback.set_model(model)
+logs = {}
+callback.on_epoch_end(0, logs)
+print(json.dumps({k: None if math.isnan(v) else v for k, v in logs.items()}))
+"""
+
+
+@pytest.mark.trainer
+def test_a_diverged_model_validates_to_nan_instead_of_failing():
+    proc = subprocess.run([str(trainer_python()), "-c", DIVERGED], capture_output=True,
+                          text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    logs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert logs == {"val_loss": None, "val_auroc": None, "val_images": 4}

@@ -54,7 +54,9 @@ class ValidationAUROC(keras.callbacks.Callback):
         probs, labels, masks = self._predict()
         probs, labels, masks = gather_rows(probs), gather_rows(labels), gather_rows(masks)
         logs["val_loss"] = masked_bce_numpy(labels, masks, probs)
-        logs["val_auroc"] = nanmean(per_class_auroc(labels, probs, masks))
+        # a diverged model (e.g. float16 gradients that overflowed) predicts nan: no AUROC
+        logs["val_auroc"] = nanmean(per_class_auroc(labels, probs, masks)) \
+            if np.isfinite(probs).all() else float("nan")
         logs["val_images"] = len(labels)
 
 
