@@ -186,7 +186,8 @@ def build_image(name: str, root: Path = REPO_ROOT) -> BuiltImage:
     base_image(podman)
     wheels = cache_root() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    cmd = ["build", "--pull=never", "--network=host", "--layers", "-f",
+    # docker format: the Dockerfiles' SHELL (bash -o pipefail) is an instruction OCI lacks
+    cmd = ["build", "--pull=never", "--network=host", "--layers", "--format=docker", "-f",
            str(root / DOCKERFILES[name]), "-t", ref,
            # the Horovod wheel `make setup` built, where install-trainer.sh looks for it
            "-v", f"{wheels}:/var/cache/chexflow/wheels"]
