@@ -4,9 +4,11 @@ so in a short, quiet output."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +34,7 @@ def test_make_demo_reaches_auroc_080_quietly(tmp_path):
     argv = demo_recipe(tmp_path / "demo")
     assert argv[1:] == ["run", "chexnet-train", "--out", str(tmp_path / "demo")]
     started = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=2400)
     wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     (run_dir,) = (tmp_path / "demo").glob("chexnet-train-*")
@@ -45,3 +47,29 @@ def test_make_demo_reaches_auroc_080_quietly(tmp_path):
     assert "CheXNet's published mean is 0.841" in lines[-1]
     assert "these data are generated, not NIH's X-rays" in lines[-1]
     assert "report: " in proc.stdout and "images/s with 2 worker(s)" in proc.stdout
+    check_pipeline_run(tmp_path / "demo", summary, proc.stdout)
+
+
+def check_pipeline_run(out, s: dict, stdout: str) -> None:
+    """What the chexnet-train run left: generated data, each task's metrics and artifacts, the
+    report, per-step logs named in the quiet output."""
+    assert (out / "synth-data-64px" / "Data_Entry_2017.csv").exists()  # generated
+    train = s["tasks"]["train-op"]["artifacts"]["metrics"]["metadata"]
+    assert train["workers"] == 2 and train["processes"] == 2
+    assert train["images_per_sec"] > 0 and train["images_per_sec_worker_1"] > 0
+    assert 0 <= train["val_auroc"] <= 1
+    evaluation = s["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"]
+    roc = s["tasks"]["evaluate-op"]["artifacts"]["roc"]["metadata"]["confidenceMetrics"]
+    assert len(roc) > 2 and {"falsePositiveRate", "recall", "confidenceThreshold"} <= set(roc[0])
+    report = Path(s["tasks"]["report-op"]["artifacts"]["report_html"]["uri"]).read_text()
+    assert "Mean test AUROC" in report and "data:image/png;base64" in report
+    (auroc_path,) = Path(s["work_dir"]).glob("*/evaluate/auroc.json")
+    assert json.loads(auroc_path.read_text())["mean"] == pytest.approx(evaluation["auroc_mean"])
+    for step in ("preprocess-op", "train-op", "evaluate-op", "report-op"):
+        log = Path(s["logs"]) / f"{step}.log"
+        assert f"] {step}: started (log: {log})" in stdout and log.stat().st_size > 0
+        assert re.search(rf"] {step}: done in \d+s", stdout)
+    assert "Executing task" not in stdout  # kfp.local's logs: in the files
+    assert "Executing task" in (Path(s["logs"]) / "train-op.log").read_text()
+    assert "epoch/s" in stdout  # the training bar
+    assert f"report: {s['reports'][0]}" in stdout
