@@ -4,6 +4,7 @@ so in a short, quiet output."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -19,9 +20,11 @@ pytestmark = [pytest.mark.trainer, pytest.mark.slow]
 
 def demo_recipe(out) -> list[str]:
     """The demo target's own command, as make would run it with DEMO_OUT=out (`make -n`
-    prints the setup recipes first and the demo's last)."""
-    proc = subprocess.run(["make", "-n", "demo", f"DEMO_OUT={out}"], cwd=REPO,
-                          capture_output=True, text=True, check=True)
+    prints the setup recipes first and the demo's last; run from `make test`, the outer make's
+    flags are left out so no "Entering/Leaving directory" lines are printed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "demo", f"DEMO_OUT={out}"],
+                          cwd=REPO, capture_output=True, text=True, check=True, env=env)
     return shlex.split(proc.stdout.strip().splitlines()[-1])
 
 
