@@ -12,11 +12,13 @@ from chexflow.reference import reference_dir
 
 def test_crds_are_read_from_the_go_module_cache_and_match_upstream():
     files = crds.crd_files()
-    assert [f.name for f in files] == ["kubeflow.org_mpijobs.yaml", "experiment.yaml"]
+    assert [f.name for f in files] == ["kubeflow.org_mpijobs.yaml", "experiment.yaml",
+                                       "trial.yaml", "suggestion.yaml"]
     assert all("/pkg/mod/github.com/kubeflow/" in str(f) for f in files)
     assert "mpi-operator@v0.8.2" in str(files[0]) and "katib@v0.19.0" in str(files[1])
     docs = {d["metadata"]["name"]: d for d in crds.load_crds(files)}
-    assert set(docs) == {"mpijobs.kubeflow.org", "experiments.kubeflow.org"}
+    assert set(docs) == {"mpijobs.kubeflow.org", "experiments.kubeflow.org",
+                         "trials.kubeflow.org", "suggestions.kubeflow.org"}
     # the same schemas as the upstream CRDs kept as test data in the shared reference folder
     ref = reference_dir() / "crds"
     for name, stem in (("mpijobs.kubeflow.org", "mpijobs.kubeflow.org.v2beta1.yaml"),

@@ -2,7 +2,8 @@
 
 The CRDs come from the manifests inside their projects' Go modules, as the module proxy serves
 them: mpi-operator at the version build/go.mod pins (`manifests/base/kubeflow.org_mpijobs.yaml`)
-and Katib v0.19.0 (`manifests/v1beta1/components/crd/experiment.yaml`). `go mod download`
+and Katib v0.19.0 (`manifests/v1beta1/components/crd/{experiment,trial,suggestion}.yaml`: the
+Experiment and the Trials and Suggestion its controller creates). `go mod download`
 fetches each module once into the Go module cache; later starts read it from there.
 """
 
@@ -23,10 +24,11 @@ from chexflow.localcluster.binaries import GO_DIR
 MPI_OPERATOR_MODULE = "github.com/kubeflow/mpi-operator"
 KATIB_MODULE = "github.com/kubeflow/katib"
 KATIB_VERSION = "v0.19.0"
-# module -> CRD manifest inside it
+# module -> CRD manifests inside it
 CRD_MANIFESTS = {
-    MPI_OPERATOR_MODULE: "manifests/base/kubeflow.org_mpijobs.yaml",
-    KATIB_MODULE: "manifests/v1beta1/components/crd/experiment.yaml",
+    MPI_OPERATOR_MODULE: ("manifests/base/kubeflow.org_mpijobs.yaml",),
+    KATIB_MODULE: tuple(f"manifests/v1beta1/components/crd/{kind}.yaml"
+                        for kind in ("experiment", "trial", "suggestion")),
 }
 GO = "/usr/local/go/bin/go"
 # The checksum database does not list Katib's module; the module proxy serves it.
@@ -66,10 +68,11 @@ def crd_files() -> list[Path]:
     """The CRD manifests, from the Go modules."""
     files = []
     for module, version in module_versions().items():
-        path = module_dir(module, version) / CRD_MANIFESTS[module]
-        if not path.is_file():
-            raise CRDMissing(f"{module}@{version}: no {CRD_MANIFESTS[module]} in the module")
-        files.append(path)
+        for manifest in CRD_MANIFESTS[module]:
+            path = module_dir(module, version) / manifest
+            if not path.is_file():
+                raise CRDMissing(f"{module}@{version}: no {manifest} in the module")
+            files.append(path)
     return files
 
 
