@@ -60,6 +60,8 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
     scripts: dict[str, list[list[str]]] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)  # job name -> launcher log text
     failures: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (reason, msg)
+    # job name -> its pod's status (a V1PodStatus dict), or None: the job has no pod
+    pod_status: dict[str, dict | None] = field(default_factory=dict)
     # (METHOD, path regex, HTTP status): answered once each, in order, before real handling
     inject: list[tuple[str, str, int]] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
@@ -115,7 +117,9 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
             if name in self.failures:
                 items.append({
                     "metadata": {"name": f"{name}.1", "namespace": m.group(1)},
-                    "involvedObject": {"name": name, "kind": "MPIJob"},
+                    "involvedObject": {"name": name, "kind": next(
+                        (j.obj["kind"] for (_, n), j in self.jobs.items() if n == name),
+                        "MPIJob")},
                     "type": "Warning", "reason": self.failures[name][0],
                     "message": self.failures[name][1],
                 })
@@ -166,6 +170,9 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
                 pod_name = f"{name}-pod"
             else:
                 continue
+            if name in self.pod_status and self.pod_status[name] is None:
+                continue
             items.append({"metadata": {"name": pod_name, "namespace": ns,
-                                       "creationTimestamp": "2026-11-22T00:00:01Z"}})
+                                       "creationTimestamp": "2026-11-22T00:00:01Z"},
+                          "status": self.pod_status.get(name)})
         return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}

@@ -277,3 +277,114 @@ def test_a_restarted_launcher_attempt_is_reported_once_with_its_previous_log():
     logs = [r for r in fake.requests if r.path.endswith("/log")]
     assert len(logs) == 1 and logs[0].query["previous"] is True
     assert "Connection refused" in list(b._failed_attempts.values())[0]
+
+
+def waiting_pod(reason: str, message: str) -> dict:
+    return {"phase": "Pending", "containerStatuses": [{
+        "name": "main", "image": "i", "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"waiting": {"reason": reason, "message": message}}}]}
+
+
+def unschedulable_pod(message: str) -> dict:
+    return {"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": message}]}
+
+
+PULL = ('Back-off pulling image "chexflow-missing:0": ErrImagePull: failed to pull and unpack '
+        'image "docker.io/library/chexflow-missing:0": dial tcp: lookup registry-1.docker.io: '
+        'no such host')
+NO_PVC = ('0/5 nodes are available: persistentvolumeclaim "nope" not found. preemption: 0/5 '
+          'nodes are available: 5 Preemption is not helpful for scheduling.')
+NO_CPU = "0/5 nodes are available: 5 Insufficient cpu. preemption: 0/5 nodes are available."
+
+
+@pytest.mark.parametrize("status, error, seconds, line", [
+    (waiting_pod("ImagePullBackOff", PULL), "JobCannotStart", 30,
+     f"Job team-a/p cannot start: pod p-pod container main: ImagePullBackOff: {PULL} (for 30s); "
+     f"it was deleted"),
+    (waiting_pod("ErrImageNeverPull", 'Container image "x:1" is not present with pull policy of '
+                 'Never'), "JobCannotStart", 0,
+     'Job team-a/p cannot start: pod p-pod container main: ErrImageNeverPull: Container image '
+     '"x:1" is not present with pull policy of Never (for 0s); it was deleted'),
+    (unschedulable_pod(NO_PVC), "JobUnschedulable", 30,
+     f"Job team-a/p cannot be scheduled: pod p-pod: {NO_PVC} (unschedulable for 30s); it was "
+     f"deleted"),
+    (unschedulable_pod(NO_CPU), "JobUnschedulable", 300,
+     f"Job team-a/p cannot be scheduled: pod p-pod: {NO_CPU} (unschedulable for 300s; it asks "
+     f"for more than any node offers, or the cluster is full); it was deleted"),
+], ids=["image-pull-backoff", "image-never-pull", "missing-pvc", "no-room"])
+def test_a_pod_that_cannot_start_ends_the_wait_after_its_grace_with_one_line(
+        status, error, seconds, line):
+    """Bad input ends the step with Kubernetes' reason in one line, after a short grace
+    (ErrImageNeverPull at once), a full cluster only after the long one; the job is deleted."""
+    from chexflow.jobs import kubernetes
+
+    fake = RecordedRequestFakeKubeApi(scripts={"p": [[]]}, pod_status={"p": status})
+    b, out = backend(fake)
+    with pytest.raises(getattr(kubernetes, error)) as err:
+        b.run(JobSpec(name="p", command=["chexflow", "evaluate"], timeout_seconds=3600))
+    assert str(err.value) == line
+    assert b.clock() == seconds
+    assert out.getvalue().count("cannot ") == 1  # "cannot start/be scheduled yet", once
+    assert fake.requests[-1].method == "DELETE" and ("team-a", "p") not in fake.jobs
+
+
+@pytest.mark.parametrize("kind, reason, message", [
+    ("Job", "FailedCreate", 'Error creating: pods "p-" is forbidden: no PriorityClass with name '
+                            'nope was found'),
+    ("MPIJob", "MPIJobFailed", 'worker pod created failed: pods "p-worker-0" is forbidden: no '
+                               'PriorityClass with name nope was found'),
+])
+def test_pods_the_apiserver_refuses_end_the_wait_with_the_controllers_event(
+        kind, reason, message):
+    """No pod exists (admission refused it): the Job controller's or mpi-operator's event
+    says why, in one line, after the short grace."""
+    from chexflow.jobs.kubernetes import JobCannotStart
+
+    fake = RecordedRequestFakeKubeApi(scripts={"p": [["Created"]]}, pod_status={"p": None},
+                                      failures={"p": (reason, message)})
+    b, _ = backend(fake)
+    spec = train_spec("p") if kind == "MPIJob" else JobSpec(name="p", command=["chexflow", "x"])
+    with pytest.raises(JobCannotStart) as err:
+        b.run(spec)
+    assert str(err.value) == (f"{kind} team-a/p cannot start: {kind} p ({reason}): {message} "
+                              f"(for 30s); it was deleted")
+    assert ("team-a", "p") not in fake.jobs
+
+
+def test_a_deleted_or_failed_worker_pod_is_reported_once_and_named_in_the_failure():
+    from kubernetes.client import (
+        V1ContainerState,
+        V1ContainerStateTerminated,
+        V1ContainerStatus,
+        V1ObjectMeta,
+        V1Pod,
+        V1PodStatus,
+    )
+
+    from chexflow.jobs.render import LAUNCHER_ROLE_LABEL
+
+    def worker(uid: str, deleting: bool = False, phase: str = "Running") -> V1Pod:
+        ended = V1ContainerStatus(
+            name="worker", image="i", image_id="", ready=False, restart_count=0,
+            state=V1ContainerState(terminated=V1ContainerStateTerminated(exit_code=137)))
+        return V1Pod(metadata=V1ObjectMeta(name="t-worker-1", uid=uid,
+                                           labels={LAUNCHER_ROLE_LABEL: "worker"},
+                                           deletion_timestamp="x" if deleting else None),
+                     status=V1PodStatus(phase=phase, container_statuses=[ended]))
+
+    fake = RecordedRequestFakeKubeApi()
+    b, out = backend(fake)
+    for pods in ([worker("a")], [worker("a", deleting=True)], [worker("a", deleting=True)],
+                 [worker("b")], [worker("b", phase="Failed")], [worker("b", phase="Failed")]):
+        b.note_workers("t", pods)
+    assert list(b._incidents.values()) == [
+        "worker pod t-worker-1 was deleted",
+        "worker pod t-worker-1 failed (container worker: exit code 137)"]
+    assert out.getvalue().count("worker pod t-worker-1") == 2
+    # a worker replaced between two polls (its deletion not seen) is still reported
+    b._incidents, b._workers = {}, {}
+    b.note_workers("t", [worker("a")])
+    b.note_workers("t", [worker("c")])
+    assert list(b._incidents.values()) == ["worker pod t-worker-1 was deleted and created again"]

@@ -1,7 +1,14 @@
 """The kubernetes backend: create an MPIJob (Horovod jobs) or a batch Job, wait until it has
 Succeeded or Failed, raise with the launcher pod's log tail on failure, then delete or keep it.
 A launcher attempt that fails and is retried (runPolicy.backoffLimit) is reported as it happens,
-and its log kept: the Job controller deletes an OnFailure pod when it gives up.
+and its log kept: the Job controller deletes an OnFailure pod when it gives up. A worker pod that
+is deleted or fails is reported too (mpi-operator recreates a deleted one, and the retried
+launcher's command resumes from its checkpoint).
+Pods that cannot start end the wait with one line naming the pod and Kubernetes' own reason: an
+image the kubelet cannot pull, a missing PVC or a node selector nothing matches (the scheduler's
+message), pods the apiserver refuses (e.g. no such PriorityClass: the Job controller's or
+mpi-operator's event). Kubernetes retries all of these, so each gets a grace period first: short
+for what the job's spec got wrong, long when the cluster is only full.
 Stopping the process (SIGTERM: a KFP run terminated, a pod deleted; Ctrl-C) deletes the job with
 its pods (propagation Background) before it exits: nothing keeps running.
 
@@ -20,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from chexflow.errors import ChexflowError
@@ -39,13 +47,39 @@ TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 DELETE_POLICIES = ("always", "on-success", "never")
 SPEC_HASH_ANNOTATION = "chexflow.io/spec-sha256"
 # Time allowed beyond the job's own activeDeadlineSeconds for scheduling and image pulls; also
-# how long pods may stay unschedulable before the job fails with the scheduler's reason.
+# how long pods may stay unschedulable for lack of room before the job fails with the
+# scheduler's reason (other jobs may end, an autoscaler may add a node).
 SCHEDULING_GRACE_SECONDS = 300
+# How long pods may stay unable to start for a reason in the job's spec (an image that cannot
+# be pulled, a missing PVC, a node selector nothing matches, pods the apiserver refuses): long
+# enough for a registry hiccup or a PVC created a moment late, short of a timeout.
+BAD_INPUT_GRACE_SECONDS = 30
+# Container waiting reasons no retry can clear (at once), and ones the kubelet retries (grace).
+NEVER_STARTS = ("ErrImageNeverPull", "InvalidImageName")
+MAY_NOT_START = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
+# Scheduler messages that say the cluster is full or busy, not that the spec is wrong.
+FULL_CLUSTER = ("Insufficient", "Too many pods", "free ports", "node.kubernetes.io/",
+                "were unschedulable", "unbound immediate PersistentVolumeClaims")
 LOG_TAIL_LINES = 60
 
 
-class JobUnschedulable(JobFailed):
+class JobCannotStart(JobFailed):
+    """The job's pods could not start (image, volume, scheduling, admission); it was deleted."""
+
+
+class JobUnschedulable(JobCannotStart):
     """The job's pods stayed unschedulable (e.g. more GPUs per worker than any node has)."""
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why a pod of the job cannot start: `what` names the pod or object, `why` is Kubernetes'
+    reason in one line, `grace` how long Kubernetes gets to recover by itself."""
+
+    what: str
+    why: str
+    grace: float
+    unschedulable: bool = False
 
 
 class _Terminated(BaseException):
@@ -116,6 +150,8 @@ class KubernetesBackend:
         self.clean_pod_policy = clean_pod_policy
         self.options = options or ClusterOptions()
         self._failed_attempts: dict[str, str] = {}  # pod/attempt -> its log tail
+        self._incidents: dict[str, str] = {}  # what happened to worker pods, once each
+        self._workers: dict[str, str] = {}  # worker pod name -> uid last seen
         self.retries = retries
         self.stream = stream or sys.stdout
         self.sleep = sleep
@@ -135,7 +171,7 @@ class KubernetesBackend:
         obj = self.render(spec)
         kind = obj["kind"]
         start = self.clock()
-        self._failed_attempts = {}
+        self._failed_attempts, self._incidents, self._workers = {}, {}, {}
         with sigterm_raises():
             try:
                 self.create(obj)
@@ -164,6 +200,7 @@ class KubernetesBackend:
             reason = cond.get("reason", "")
             message = f"{kind} {self.namespace}/{spec.name} failed"
             message += f" ({reason}: {cond.get('message', '')})" if reason else ""
+            message += "".join(f"; {incident}" for incident in self._incidents.values())
             if events:
                 message += "\nevents:\n" + "\n".join(events)
             error = JobTimeout if reason == "DeadlineExceeded" else JobFailed
@@ -220,11 +257,12 @@ class KubernetesBackend:
         return self.api_client.sanitize_for_serialization(job)
 
     def wait(self, obj: dict[str, Any], timeout_seconds: float) -> dict[str, Any]:
-        """Poll until Succeeded or Failed; return that condition. JobTimeout past the limit."""
+        """Poll until Succeeded or Failed; return that condition. JobCannotStart when a pod
+        stays unable to start past its grace period, JobTimeout past the limit."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         deadline = self.clock() + timeout_seconds
         last_state = None
-        unschedulable_since = None
+        blocked_since: dict[str, float] = {}  # Blocker.what -> when first seen
         while True:
             current = self.get(kind, name)
             conditions = (current.get("status") or {}).get("conditions") or []
@@ -236,27 +274,83 @@ class KubernetesBackend:
             if cond is not None:
                 return cond
             pods = self.pods(kind, name)
-            why = _unschedulable(pods)
             self.note_failed_attempts(kind, name, pods)
-            if why and unschedulable_since is None:
-                unschedulable_since = self.clock()
-                self._log(name, f"cannot be scheduled yet: {why}")
-            elif not why:
-                unschedulable_since = None
-            if why and self.clock() - unschedulable_since >= SCHEDULING_GRACE_SECONDS:
-                raise JobUnschedulable(
-                    f"{kind} {self.namespace}/{name} cannot be scheduled: {why} (unschedulable "
-                    f"for {self.clock() - unschedulable_since:.0f}s; it asks for more than any "
-                    f"node offers, or the cluster is full); it was deleted"
-                )
-            if self.clock() >= deadline:
+            self.note_workers(name, pods)
+            blockers = self.blockers(obj, pods)
+            now = self.clock()
+            blocked_since = {b.what: blocked_since.get(b.what, now) for b in blockers}
+            for b in blockers:
+                if blocked_since[b.what] == now:
+                    verb = "be scheduled" if b.unschedulable else "start"
+                    self._log(name, f"cannot {verb} yet: {b.what}: {b.why}")
+            for b in blockers:
+                if now - blocked_since[b.what] >= b.grace:
+                    raise self._cannot_start(kind, name, b, now - blocked_since[b.what])
+            if now >= deadline:
+                why = "; ".join(f"{b.what}: {b.why}" for b in blockers)
                 raise JobTimeout(
                     f"{kind} {self.namespace}/{name}: not finished after {timeout_seconds:.0f}s "
                     f"(last condition: {state or 'none'}"
-                    + (f"; unschedulable: {why}" if why else "") + "); it was deleted",
+                    + (f"; cannot start: {why}" if why else "") + "); it was deleted",
                     self.log_tail(kind, name),
                 )
             self.sleep(self.poll_seconds)
+
+    def _cannot_start(self, kind: str, name: str, b: Blocker, waited: float) -> JobCannotStart:
+        job = f"{kind} {self.namespace}/{name}"
+        if not b.unschedulable:
+            return JobCannotStart(f"{job} cannot start: {b.what}: {b.why} (for {waited:.0f}s); "
+                                  f"it was deleted")
+        hint = "; it asks for more than any node offers, or the cluster is full" \
+            if b.grace == SCHEDULING_GRACE_SECONDS else ""
+        return JobUnschedulable(f"{job} cannot be scheduled: {b.what}: {b.why} (unschedulable "
+                                f"for {waited:.0f}s{hint}); it was deleted")
+
+    def blockers(self, obj: dict[str, Any], pods: list) -> list[Blocker]:
+        """What keeps the job's pods from starting: each pod's scheduling or container state;
+        while pods are missing, also the refusals the controllers report as events (the
+        MPIJob's and its launcher Job's, or the Job's)."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        found = [b for pod in pods for b in _pod_blockers(pod)]
+        live = [p for p in pods if not p.metadata.deletion_timestamp
+                and (p.status is None or p.status.phase not in ("Succeeded", "Failed"))]
+        if kind == "MPIJob":
+            expected = obj["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] + 1
+            owners = [name, f"{name}-launcher"]
+        else:
+            expected, owners = 1, [name]
+        if len(live) < expected:
+            for owner in owners:
+                refused = [e for e in self._event_items(owner) if _refused_pods(e)]
+                if refused:
+                    e = refused[-1]
+                    grace = SCHEDULING_GRACE_SECONDS if "exceeded quota" in e.message \
+                        else BAD_INPUT_GRACE_SECONDS
+                    found.append(Blocker(f"{e.involved_object.kind} {owner} ({e.reason})",
+                                         _one_line(e.message), grace))
+        return found
+
+    def note_workers(self, name: str, pods: list) -> None:
+        """Report, once each, a worker pod that is deleted (mpi-operator creates it again) or
+        that failed; the lines also go into the job's failure message."""
+        for pod in pods:
+            if (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL) != "worker":
+                continue
+            pod_name, uid = pod.metadata.name, pod.metadata.uid
+            previous = self._workers.get(pod_name)
+            self._workers[pod_name] = uid
+            if previous and previous != uid:
+                self._incident(name, previous, f"worker pod {pod_name} was deleted and created "
+                                               f"again")
+            if pod.metadata.deletion_timestamp:
+                self._incident(name, uid, f"worker pod {pod_name} was deleted")
+            elif pod.status and pod.status.phase == "Failed":
+                self._incident(name, uid, f"worker pod {pod_name} failed ({_pod_end(pod)})")
+
+    def _incident(self, name: str, key: str, message: str) -> None:
+        if key not in self._incidents:
+            self._incidents[key] = message
+            self._log(name, message)
 
     def pods(self, kind: str, name: str) -> list:
         """The job's pods (launcher and workers), or none when the API does not answer."""
@@ -333,17 +427,20 @@ class KubernetesBackend:
             return f"(launcher log unavailable: HTTP {e.status} {e.reason})"
 
     def events(self, name: str) -> list[str]:
+        return [f"  {e.type} {e.reason}: {e.message}" for e in self._event_items(name)[-10:]]
+
+    def _event_items(self, name: str) -> list:
+        """The namespace's events about the object `name` (none when the API does not answer)."""
         from kubernetes.client.rest import ApiException
 
         try:
-            events = self._call(
+            return self._call(
                 self.core.list_namespaced_event,
                 self.namespace,
                 field_selector=f"involvedObject.name={name}",
-            )
+            ).items
         except ApiException:
             return []
-        return [f"  {e.type} {e.reason}: {e.message}" for e in events.items[-10:]]
 
     def delete(self, kind: str, name: str) -> None:
         from kubernetes import client
@@ -390,14 +487,49 @@ class KubernetesBackend:
         print(f"[{name}] {message}", file=self.stream, flush=True)
 
 
-def _unschedulable(pods: list) -> str | None:
-    """The scheduler's message for a pod of the job it cannot place (PodScheduled False,
-    reason Unschedulable), or None."""
-    for pod in pods:
-        for c in (pod.status.conditions if pod.status else None) or []:
-            if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-                return f"pod {pod.metadata.name}: {c.message}"
-    return None
+def _pod_blockers(pod) -> list[Blocker]:
+    """Why `pod` cannot start: the scheduler cannot place it (PodScheduled False, reason
+    Unschedulable), or a container waits on an image it cannot get or a config it lacks."""
+    if pod.status is None or pod.metadata.deletion_timestamp:
+        return []
+    what = f"pod {pod.metadata.name}"
+    for c in pod.status.conditions or []:
+        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+            full = any(marker in (c.message or "") for marker in FULL_CLUSTER)
+            grace = SCHEDULING_GRACE_SECONDS if full else BAD_INPUT_GRACE_SECONDS
+            return [Blocker(what, _one_line(c.message or ""), grace, unschedulable=True)]
+    found = []
+    statuses = [*(pod.status.init_container_statuses or []),
+                *(pod.status.container_statuses or [])]
+    for status in statuses:
+        waiting = status.state.waiting if status.state else None
+        if waiting and waiting.reason in NEVER_STARTS + MAY_NOT_START:
+            grace = 0 if waiting.reason in NEVER_STARTS else BAD_INPUT_GRACE_SECONDS
+            found.append(Blocker(f"{what} container {status.name}",
+                                 _one_line(f"{waiting.reason}: {waiting.message or ''}"), grace))
+    return found
+
+
+def _refused_pods(event) -> bool:
+    """An event saying a controller could not create the job's pods (the Job controller's
+    FailedCreate, mpi-operator's 'worker pod created failed')."""
+    message = event.message or ""
+    return event.type == "Warning" and (
+        event.reason == "FailedCreate" or "pod created failed" in message)
+
+
+def _pod_end(pod) -> str:
+    """How a failed pod ended: the kubelet's reason (Evicted...) or its containers' exits."""
+    if pod.status.reason:
+        return _one_line(f"{pod.status.reason}: {pod.status.message or ''}")
+    ends = [f"container {s.name}: exit code {s.state.terminated.exit_code}"
+            f" {s.state.terminated.reason or ''}".rstrip()
+            for s in pod.status.container_statuses or [] if s.state and s.state.terminated]
+    return "; ".join(ends) or "no container status"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _latest_condition(conditions: list[dict[str, Any]]) -> str | None:
