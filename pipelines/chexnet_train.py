@@ -9,6 +9,7 @@ from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
+    MOUNT_PATH,
     job_target,
     on_cluster,
 )
@@ -16,8 +17,9 @@ from chexflow.pipelines.common import (
 NAME = "chexnet-train"
 
 
-def build(default_trainer_image: str | None = None):
-    """The pipeline function, with the trainer image as a parameter defaulting to ours."""
+def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH):
+    """The pipeline function, with the trainer image as a parameter defaulting to ours; every
+    pod (steps and jobs) mounts the data PVC at `mount_path`."""
 
     @dsl.pipeline(name=NAME, description="CheXNet-style training with Horovod: preprocess, "
                   "train as an MPIJob, evaluate test AUROC, report.")
@@ -55,9 +57,9 @@ def build(default_trainer_image: str | None = None):
                        priority_class=priority_class, image_pull_secrets=image_pull_secrets,
                        gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                            timeout_seconds, **cluster).output
+                            timeout_seconds, mount_path=mount_path, **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc)
+                          data_pvc, mount_path)
         train = on_cluster(train_op(
             data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
             batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
@@ -66,14 +68,14 @@ def build(default_trainer_image: str | None = None):
             slots_per_worker=slots_per_worker,
             cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker, target=target,
             hparams_json="",
-        ), data_pvc)
+        ), data_pvc, mount_path)
         evaluate = on_cluster(evaluate_op(
             data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
             bootstrap=bootstrap, target=target,
-        ), data_pvc)
+        ), data_pvc, mount_path)
         on_cluster(report_op(
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
             title="chexnet-train report",
-        ), data_pvc)
+        ), data_pvc, mount_path)
 
     return chexnet_train

@@ -15,6 +15,7 @@ from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
+    MOUNT_PATH,
     job_target,
     on_cluster,
 )
@@ -22,7 +23,7 @@ from chexflow.pipelines.common import (
 NAME = "scaling-study"
 
 
-def build(default_trainer_image: str | None = None):
+def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH):
     @dsl.pipeline(name=NAME, description="Horovod throughput and scaling efficiency vs "
                   "workers (ParallelFor over worker counts), as PNG/HTML/Markdown.")
     def scaling_study(
@@ -56,15 +57,15 @@ def build(default_trainer_image: str | None = None):
                        priority_class=priority_class, image_pull_secrets=image_pull_secrets,
                        gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                            timeout_seconds, **cluster).output
+                            timeout_seconds, mount_path=mount_path, **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc)
+                          data_pvc, mount_path)
         with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
             # raw_dir, not prep's output, and a target made in the loop: kfp.local 2.17 hands a
             # loop body the loop item in place of an output from outside the loop (see
             # chexflow.components.steps.training_data)
             loop_target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                                     timeout_seconds, **cluster).output
+                                     timeout_seconds, mount_path=mount_path, **cluster).output
             train = on_cluster(train_op(
                 data_dir=raw_dir, workers=workers, model=model, epochs=epochs,
                 batch_size=batch_size, lr=1e-3, image_size=image_size, weights="none",
@@ -73,10 +74,10 @@ def build(default_trainer_image: str | None = None):
                 slots_per_worker=slots_per_worker,
                 cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker,
                 threads=threads_per_worker, target=loop_target, hparams_json="",
-            ), data_pvc).after(prep)
+            ), data_pvc, mount_path).after(prep)
         on_cluster(scaling_report_op(
             summaries=dsl.Collected(train.outputs["summary"]), target=target,
             title=f"Horovod scaling: {NAME}",
-        ), data_pvc)
+        ), data_pvc, mount_path)
 
     return scaling_study

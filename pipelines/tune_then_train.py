@@ -11,6 +11,7 @@ from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
+    MOUNT_PATH,
     job_target,
     on_cluster,
 )
@@ -18,7 +19,8 @@ from chexflow.pipelines.common import (
 NAME = "tune-then-train"
 
 
-def build(default_trainer_image: str | None = None, default_launcher_image: str | None = None):
+def build(default_trainer_image: str | None = None, default_launcher_image: str | None = None,
+          mount_path: str = MOUNT_PATH):
     @dsl.pipeline(name=NAME, description="Katib hyperparameter sweep, then the final Horovod "
                   "training with the optimal trial's parameters, evaluation and report.")
     def tune_then_train(
@@ -56,13 +58,14 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
                        priority_class=priority_class, image_pull_secrets=image_pull_secrets,
                        gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
-                            timeout_seconds, launcher_image, **cluster).output
+                            timeout_seconds, launcher_image, mount_path=mount_path,
+                            **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc)
+                          data_pvc, mount_path)
         tune = on_cluster(tune_op(
             spec_path=katib_spec, data_dir=prep.outputs["Output"], model=model,
             image_size=image_size, weights=weights, target=target, tune_args=tune_args,
-        ), data_pvc)
+        ), data_pvc, mount_path)
         train = on_cluster(train_op(
             data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
             batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
@@ -71,14 +74,14 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
             cpu_per_worker=cpu_per_worker,
             memory_per_worker=memory_per_worker, target=target,
             hparams_json=tune.outputs["Output"],
-        ), data_pvc)
+        ), data_pvc, mount_path)
         evaluate = on_cluster(evaluate_op(
             data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
             bootstrap=bootstrap, target=target,
-        ), data_pvc)
+        ), data_pvc, mount_path)
         on_cluster(report_op(
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
             title="tune-then-train report",
-        ), data_pvc)
+        ), data_pvc, mount_path)
 
     return tune_then_train

@@ -51,3 +51,44 @@ def test_options_the_pipeline_lacks_or_needs_are_one_clear_line(tmp_path):
                         check=False)
     assert proc.returncode == 2 and "each must be >= 1" in proc.stderr
     assert not list(tmp_path.glob("*-*/")), "nothing is started for bad options"
+
+
+def test_jobs_on_kubernetes_need_the_pvc_host_folder_holding_the_run_and_its_data(tmp_path):
+    """With --backend kubernetes the steps here and the jobs' pods share files only through
+    the PVC's folder on this machine: each way of missing it is one line, before any step."""
+    shared, outside = tmp_path / "shared", tmp_path / "outside"
+    shared.mkdir()
+    outside.mkdir()
+    k8s = ("run", "chexnet-train", "--backend", "kubernetes", "--data-pvc", "data")
+    cases = [
+        ((*k8s,), "--backend kubernetes: needs --pvc-host-path DIR, the folder on this machine "
+                  "behind --data-pvc"),
+        (("run", "--pvc-host-path", shared, "--out", outside),
+         "--pvc-host-path: only with --backend kubernetes"),
+        ((*k8s, "--pvc-host-path", tmp_path / "none"), f"--pvc-host-path {tmp_path}/none: no "
+                                                       "such folder"),
+        ((*k8s, "--pvc-host-path", shared, "--out", outside),
+         f"--out {outside}: not inside --pvc-host-path {shared}, the only folder the jobs' "
+         "pods see"),
+        ((*k8s, "--pvc-host-path", shared, "--data", outside),
+         f"--data {outside}: not inside --pvc-host-path {shared}"),
+        (("run", "--backend", "slurm", "--out", outside),
+         "--backend slurm: expected one of local, kubernetes"),
+    ]
+    for args, message in cases:
+        proc = run_chexflow(*args, check=False, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert f"chexflow run: error: {message}" in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("chexnet-train-*")), "nothing is started for bad options"
+
+
+def test_the_run_arguments_keep_the_pvc_only_for_jobs_on_kubernetes(tmp_path):
+    from chexflow.pipelines.local_run import pipeline_arguments
+
+    local = pipeline_arguments("chexnet-train", tmp_path, tmp_path / "w", {"data_pvc": "d"})
+    assert (local["backend"], local["data_pvc"]) == ("local", "")
+    k8s = pipeline_arguments("chexnet-train", tmp_path, tmp_path / "w",
+                             {"backend": "kubernetes", "data_pvc": "d", "namespace": "team"})
+    assert (k8s["backend"], k8s["data_pvc"], k8s["namespace"]) == ("kubernetes", "d", "team")
+    assert k8s["work_root"] == str(tmp_path / "w") and k8s["raw_dir"] == str(tmp_path)

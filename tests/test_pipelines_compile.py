@@ -23,7 +23,7 @@ MPIJOB_INPUTS = {"workers", "gpus_per_worker", "slots_per_worker", "cpu_per_work
 CLUSTER_INPUTS = {"node_selector", "tolerations", "priority_class", "image_pull_secrets",
                   "gang_scheduling", "queue"}
 TARGET_INPUTS = {"work_root", "run_id", "backend", "namespace", "data_pvc", "trainer_image",
-                 "launcher_image", "timeout_seconds", *CLUSTER_INPUTS}
+                 "launcher_image", "timeout_seconds", "mount_path", *CLUSTER_INPUTS}
 
 PIPELINES = pipeline_names()
 COMPILED_DIR = pipelines_dir()
@@ -54,6 +54,26 @@ def test_every_task_mounts_the_data_pvc_and_runs_in_the_launcher_image(compiled,
         container = executors[execu]["container"]
         assert container["image"] == "reg.example/chexflow/launcher:t1"
         assert "pip install" not in " ".join(container["command"])  # kfp is in the image
+
+
+@pytest.mark.parametrize("name", PIPELINES)
+def test_a_pipeline_built_with_a_mount_path_mounts_the_pvc_there_for_steps_and_jobs(
+        tmp_path, name):
+    """`chexflow run --pvc-host-path DIR` builds the pipeline so: the steps (component pods)
+    and the jobs' pods (the target's mount_path) see the PVC at the same path."""
+    from kfp import compiler
+
+    from chexflow.pipelines.registry import build
+
+    path = tmp_path / f"{name}.yaml"
+    compiler.Compiler().compile(build(name, mount_path="/srv/shared"), str(path))
+    spec, platform = yaml.safe_load_all(path.read_text())
+    mounts = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"].values()
+    assert {pvc["mountPath"] for cfg in mounts for pvc in cfg["pvcMount"]} == {"/srv/shared"}
+    targets = [t for n, t in all_tasks(spec).items() if n.startswith("target-op")]
+    for task in targets:
+        given = task["inputs"]["parameters"]["mount_path"]["runtimeValue"]["constant"]
+        assert given == "/srv/shared"
 
 
 def all_tasks(spec: dict) -> dict:

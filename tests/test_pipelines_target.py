@@ -29,6 +29,8 @@ def test_target_round_trips_through_kfps_number_types():
     ({"backend": "slurm"}, "backend 'slurm': expected one of local, kubernetes"),
     ({"backend": "kubernetes"}, "backend kubernetes: data_pvc is empty"),
     ({"timeout_seconds": 0}, "timeout_seconds 0: must be > 0"),
+    ({"backend": "kubernetes", "data_pvc": "d", "workdir": "/srv/runs/r1"},
+     "workdir /srv/runs/r1: not under /mnt/chexflow, where the jobs' pods mount PVC d"),
 ])
 def test_a_target_that_cannot_run_jobs_is_refused_in_one_line(fields, message):
     with pytest.raises(StepError, match=message):
@@ -42,6 +44,11 @@ def test_the_target_component_makes_the_run_folder_and_checks_it():
         work_root="/w", run_id="abc", backend="local", namespace="default", data_pvc="",
         trainer_image="", launcher_image="", timeout_seconds=60, **NO_CLUSTER_SETTINGS)
     assert made["workdir"] == "/w/abc" and made["run_id"] == "abc"
+    shared = target_op.python_func(
+        work_root="/srv/shared/runs", run_id="abc", backend="kubernetes", namespace="n",
+        data_pvc="data", trainer_image="", launcher_image="", timeout_seconds=60,
+        mount_path="/srv/shared", **NO_CLUSTER_SETTINGS)
+    assert [v.mount_path for v in Target.from_dict(shared).volumes()] == ["/srv/shared"]
     with pytest.raises(StepError, match="data_pvc is empty"):
         target_op.python_func(work_root="/w", run_id="abc", backend="kubernetes",
                               namespace="n", data_pvc="", trainer_image="", launcher_image="",

@@ -34,11 +34,13 @@ def target_op(
     image_pull_secrets: list,
     gang_scheduling: bool,
     queue: str,
+    mount_path: str = "/mnt/chexflow",
 ) -> dict:
     """Where the run's jobs write (WORK_ROOT/RUN_ID) and run (backend local|kubernetes; for
     kubernetes the namespace, data PVC, images and what the cluster asks of the pods: node
     selector, tolerations, priority class, image pull secrets, gang scheduling; each job's time
-    limit), checked once: the `target` every other step takes."""
+    limit; where the jobs' pods mount the PVC, as the steps do), checked once: the `target`
+    every other step takes."""
     from chexflow.components.steps import Target
 
     return Target(
@@ -46,7 +48,7 @@ def target_op(
         data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
         timeout_seconds=timeout_seconds, node_selector=node_selector, tolerations=tolerations,
         priority_class=priority_class, image_pull_secrets=image_pull_secrets,
-        gang_scheduling=gang_scheduling, queue=queue,
+        gang_scheduling=gang_scheduling, queue=queue, mount_path=mount_path,
     ).to_dict()
 
 

@@ -33,7 +33,10 @@ class Target:
     """Where a run's jobs write (`workdir`, one per run: WORK_ROOT/RUN_ID) and run: the backend
     and, for kubernetes, namespace/PVC/images and what the cluster asks of the pods (node
     selector, tolerations, priority class, image pull secrets, gang scheduling: ClusterOptions).
-    A pipeline makes it once (the `target` component) and hands it to every step as a dict."""
+    The jobs' pods mount the PVC at `mount_path`, where the steps see it too (the component
+    pods' mount, or for `chexflow run` the host folder behind the PVC), so a path means the same
+    file to both. A pipeline makes it once (the `target` component) and hands it to every step
+    as a dict."""
 
     workdir: str = "."
     run_id: str = ""
@@ -62,6 +65,11 @@ class Target:
         if self.backend == "kubernetes" and not self.data_pvc:
             raise StepError("backend kubernetes: data_pvc is empty; the steps' jobs exchange "
                             "data through that PersistentVolumeClaim")
+        if self.backend == "kubernetes" and not Path(self.workdir).is_relative_to(
+                self.mount_path):
+            raise StepError(f"workdir {self.workdir}: not under {self.mount_path}, where the "
+                            f"jobs' pods mount PVC {self.data_pvc}; they would not see the "
+                            "run's files")
         if self.timeout_seconds <= 0:
             raise StepError(f"timeout_seconds {self.timeout_seconds}: must be > 0")
         self.cluster_options()  # checked once, where the target is made
@@ -103,7 +111,7 @@ class Target:
         if self.backend == "local":
             return run_job(spec, "local", log_dir=Path(log_dir) if log_dir else None)
         image = self.trainer_image if spec.environment == "trainer" else self.launcher_image
-        return run_job(
+        result = run_job(
             spec,
             "kubernetes",
             namespace=self.namespace,
@@ -111,6 +119,10 @@ class Target:
             service_account=self.service_account or None,
             options=self.cluster_options(),
         )
+        # the pod is deleted now: its output goes in the step's log, as a local job's does
+        print(f"{result.resource} succeeded in {result.wall_seconds:.0f}s; its log ends:\n"
+              f"{result.log_tail.rstrip()}", flush=True)
+        return result
 
 
 def preprocess_step(raw_dir: str, image_size: int, target: Target) -> str:

@@ -14,9 +14,8 @@ from chexflow.pipelines.registry import (
     pipelines_dir,
 )
 
-# Pipeline parameters a local run sets itself (raw_dir is --data), or that mean nothing locally.
-NOT_RUN_OPTIONS = ("raw_dir", "work_root", "backend", "data_pvc", "namespace", "trainer_image",
-                   "launcher_image")
+# Pipeline parameters a local run sets itself (raw_dir is --data, work_root is in --out).
+NOT_RUN_OPTIONS = ("raw_dir", "work_root")
 # How `chexflow run` reads a value of each annotation of a pipeline parameter.
 LIST_HELP = "comma-separated values, e.g. 1,2 (use --OPTION=VALUES when they start with -)"
 
@@ -89,13 +88,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.set_defaults(func=run_compile)
 
     r = sub.add_parser(
-        "run", help="run a pipeline locally (kfp.local + local Horovod jobs)",
-        description="Run a pipeline on this machine with kfp.local's SubprocessRunner and the "
-        "local job backend. Without --data a small NIH-format dataset is generated.",
+        "run", help="run a pipeline locally (kfp.local + local Horovod jobs, or jobs on "
+        "Kubernetes)",
+        description="Run a pipeline on this machine with kfp.local's SubprocessRunner; its "
+        "jobs run here (--backend local, the default) or as MPIJobs/Jobs on the cluster of "
+        "KUBECONFIG (--backend kubernetes --pvc-host-path DIR). Without --data a small "
+        "NIH-format dataset is generated.",
     )
     r.add_argument("pipeline", nargs="?", default="chexnet-train", choices=names)
     r.add_argument("--data", type=Path, help="NIH-format folder, or chexflow preprocess output")
-    r.add_argument("--out", type=Path, default=Path("runs"), help="runs go in OUT/PIPELINE-TIME")
+    r.add_argument("--out", type=Path,
+                   help="runs go in OUT/PIPELINE-TIME (default: runs, or PVC_HOST_PATH/runs)")
+    r.add_argument("--pvc-host-path", type=Path, metavar="DIR",
+                   help="with --backend kubernetes: the folder on this machine behind "
+                   "--data-pvc (a hostPath or local PersistentVolume); the run and its data go "
+                   "in it and the jobs' pods mount the PVC at this same path")
     r.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
                    help="any pipeline parameter (value parsed as JSON, else a string)")
     r.add_argument("--verbose", action="store_true",
@@ -161,7 +168,8 @@ def run_run(args: argparse.Namespace) -> int:
     if missing:
         flags = ", ".join(f"--{p.name.replace('_', '-')}" for p in missing)
         raise ChexflowError(f"{args.pipeline} needs {flags}")
-    run_local(args.pipeline, args.out, args.data, overrides, verbose=args.verbose)
+    run_local(args.pipeline, args.out, args.data, overrides, verbose=args.verbose,
+              pvc_host_path=args.pvc_host_path)
     return 0
 
 

@@ -1,5 +1,10 @@
 """`chexflow run`: a pipeline run on this machine with kfp.local (SubprocessRunner, this
-interpreter) and the local job backend. Without --data it generates a small NIH-format dataset.
+interpreter); its jobs run here (local job backend) or on the cluster of KUBECONFIG (kubernetes
+backend). Without --data it generates a small NIH-format dataset.
+
+With the kubernetes backend the steps here and the jobs' pods share files through the data
+PVC: its folder on this machine (`pvc_host_path`, behind a hostPath or local PersistentVolume)
+holds OUT, and the pods mount the PVC at that same path, so a path names the same file in both.
 
 Layout of OUT/RUN (RUN = PIPELINE-TIMESTAMP):
   kfp/    kfp.local's pipeline root: one folder per task with executor_output.json and artifacts
@@ -28,15 +33,15 @@ from chexflow.pipelines.registry import build, pipeline_names
 
 # Small defaults that finish in a few minutes on 2 CPU cores.
 LOCAL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "chexnet-train": {"model": "densenet121", "workers": 2, "gpus_per_worker": 0,
-                      "epochs": 6, "batch_size": 16, "image_size": 64, "weights": "none",
-                      "bootstrap": 200, "timeout_seconds": 3600},
-    "scaling-study": {"model": "resnet50", "worker_counts": [1, 2], "gpus_per_worker": 0,
-                      "epochs": 1, "batch_size": 8, "image_size": 64, "steps_per_epoch": 8,
-                      "synthetic_data": True, "timeout_seconds": 3600},
-    "tune-then-train": {"model": "densenet121", "workers": 1, "gpus_per_worker": 0,
-                        "epochs": 1, "batch_size": 16, "image_size": 64, "weights": "none",
-                        "bootstrap": 200, "timeout_seconds": 7200,
+    "chexnet-train": {"backend": "local", "model": "densenet121", "workers": 2,
+                      "gpus_per_worker": 0, "epochs": 6, "batch_size": 16, "image_size": 64,
+                      "weights": "none", "bootstrap": 200, "timeout_seconds": 3600},
+    "scaling-study": {"backend": "local", "model": "resnet50", "worker_counts": [1, 2],
+                      "gpus_per_worker": 0, "epochs": 1, "batch_size": 8, "image_size": 64,
+                      "steps_per_epoch": 8, "synthetic_data": True, "timeout_seconds": 3600},
+    "tune-then-train": {"backend": "local", "model": "densenet121", "workers": 1,
+                        "gpus_per_worker": 0, "epochs": 1, "batch_size": 16, "image_size": 64,
+                        "weights": "none", "bootstrap": 200, "timeout_seconds": 7200,
                         "tune_args": ["--set", "spec.maxTrialCount=2", "--set",
                                       "spec.maxFailedTrialCount=2", "--set",
                                       "spec.parallelTrialCount=1", "--trial-arg", "epochs=1"]},
@@ -80,8 +85,38 @@ def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = Fa
 def pipeline_arguments(name: str, data: Path, work_root: Path,
                        overrides: dict[str, Any]) -> dict[str, Any]:
     args = {**LOCAL_DEFAULTS[name], **overrides}
-    args.update(raw_dir=str(data), work_root=str(work_root), backend="local", data_pvc="")
+    args.update(raw_dir=str(data), work_root=str(work_root))
+    if args["backend"] == "local":
+        args["data_pvc"] = ""  # nothing to mount: the jobs are processes here
     return args
+
+
+def shared_folder(backend: str, pvc_host_path: Path | None, out: Path | None,
+                  data: Path | None) -> tuple[Path, Path | None]:
+    """(OUT, the folder the jobs' pods mount the data PVC at, or None for local jobs). With the
+    kubernetes backend OUT (default PVC_HOST_PATH/runs) and --data must lie in PVC_HOST_PATH."""
+    from chexflow.jobs import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ChexflowError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
+    if backend == "local":
+        if pvc_host_path is not None:
+            raise ChexflowError("--pvc-host-path: only with --backend kubernetes (local jobs "
+                                "use the folders as they are)")
+        return Path(out or "runs").resolve(), None
+    if pvc_host_path is None:
+        raise ChexflowError("--backend kubernetes: needs --pvc-host-path DIR, the folder on "
+                            "this machine behind --data-pvc, where the steps here and the jobs' "
+                            "pods share the run's files")
+    shared = pvc_host_path.resolve()
+    if not shared.is_dir():
+        raise ChexflowError(f"--pvc-host-path {pvc_host_path}: no such folder")
+    out = Path(out or shared / "runs").resolve()
+    for flag, path in (("--out", out), ("--data", data)):
+        if path is not None and not path.resolve().is_relative_to(shared):
+            raise ChexflowError(f"{flag} {path}: not inside --pvc-host-path {shared}, the only "
+                                "folder the jobs' pods see")
+    return out, shared
 
 
 def collect_outputs(kfp_root: Path) -> dict[str, Any]:
@@ -103,14 +138,16 @@ def collect_outputs(kfp_root: Path) -> dict[str, Any]:
     return tasks
 
 
-def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any],
-              verbose: bool = False) -> dict:
-    """Run pipeline `name` with kfp.local; return (and write) the run summary."""
+def run_local(name: str, out: Path | None, data: Path | None, overrides: dict[str, Any],
+              verbose: bool = False, pvc_host_path: Path | None = None) -> dict:
+    """Run pipeline `name` with kfp.local; return (and write) the run summary. OUT defaults to
+    ./runs, or PVC_HOST_PATH/runs with the kubernetes backend."""
     from kfp import local
 
     if name not in pipeline_names():
         raise ChexflowError(f"pipeline {name!r}: expected one of {', '.join(pipeline_names())}")
-    out = Path(out).resolve()
+    backend = {**LOCAL_DEFAULTS[name], **overrides}["backend"]
+    out, mount_path = shared_folder(backend, pvc_host_path, out, data)
     out.mkdir(parents=True, exist_ok=True)
     run_dir = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir()
@@ -121,16 +158,22 @@ def run_local(name: str, out: Path, data: Path | None, overrides: dict[str, Any]
     elif not data.exists():
         raise ChexflowError(f"--data {data}: no such folder")
     work_root = run_dir / "work"
+    if mount_path:  # the jobs' pods run as the images' user (UID 1000), not as this user
+        work_root.mkdir()
+        work_root.chmod(0o777)
     kfp_root = run_dir / "kfp"
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_root),
                raise_on_error=True)
     arguments = pipeline_arguments(name, data.resolve(), work_root, overrides)
-    print(f"run: {name} locally (kfp.local, local job backend) in {run_dir}", flush=True)
+    where = "local job backend" if backend == "local" else (
+        f"jobs on Kubernetes, namespace {arguments['namespace']}, PVC {arguments['data_pvc']} "
+        f"at {mount_path}")
+    print(f"run: {name} locally (kfp.local, {where}) in {run_dir}", flush=True)
     console = Console(log_dir, verbose, arguments.get("epochs"))
     started = time.monotonic()
     try:
         with step_logs(console):
-            build(name)(**arguments)
+            build(name, mount_path=str(mount_path) if mount_path else None)(**arguments)
     except RuntimeError as e:
         step = console.failed
         where = f" at step {step.name}; its log: {step.log}" if step else f": {e}"

@@ -103,14 +103,21 @@ def load(name: str) -> ModuleType:
     return module
 
 
-def build(name: str, trainer_image: str | None = None, launcher_image: str | None = None):
-    """The @dsl.pipeline function for `name` (image defaults baked in as parameters)."""
+def build(name: str, trainer_image: str | None = None, launcher_image: str | None = None,
+          mount_path: str | None = None):
+    """The @dsl.pipeline function for `name` (image defaults baked in as parameters; the data
+    PVC mounted at `mount_path` in every pod, else at the definition's default)."""
     import inspect
 
     builder = load(name).build
-    if "default_launcher_image" in inspect.signature(builder).parameters:
-        return builder(trainer_image, launcher_image)
-    return builder(trainer_image)
+    accepted = inspect.signature(builder).parameters
+    kwargs = {"mount_path": mount_path} if mount_path else {}
+    if kwargs and "mount_path" not in accepted:
+        raise ChexflowError(f"{definition_file(name)}: build() takes no mount_path; the jobs' "
+                            "pods cannot mount the data PVC elsewhere")
+    if "default_launcher_image" in accepted:
+        return builder(trainer_image, launcher_image, **kwargs)
+    return builder(trainer_image, **kwargs)
 
 
 def compile_pipeline(name: str, out_dir: Path | None = None, trainer_image: str | None = None,
