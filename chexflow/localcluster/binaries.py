@@ -26,7 +26,7 @@ BUILD_SCRIPT = GO_DIR / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
             "mpi-operator")
 NODE_BUILD_SCRIPT = GO_DIR / "build-node.sh"
-NODE_BINARIES = ("kubelet", "coredns", "pause")
+NODE_BINARIES = ("kubelet", "kube-proxy", "coredns", "pause")
 NODE_INPUTS = ("go.mod", "go.sum", "node/go.mod", "node/go.sum", "node/coredns/main.go",
                "build-node.sh")
 

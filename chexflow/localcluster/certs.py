@@ -25,6 +25,8 @@ CLIENTS = {
     "scheduler": ("system:kube-scheduler", ""),
     # the real node's kubelet, as the Node authorizer expects (realnode.NODE_NAME)
     "kubelet": ("system:node:chexflow-node", "system:nodes"),
+    # the real node's kube-proxy (bootstrap ClusterRoleBinding system:node-proxier)
+    "kube-proxy": ("system:kube-proxy", ""),
 }
 SERVICE_IP = "198.19.0.1"  # first address of --service-cluster-ip-range
 
@@ -94,31 +96,40 @@ def _signed_cert(pki: PKI, stem: str, subject: str, extensions: str) -> None:
     ext.unlink()
 
 
-def make_pki(state_dir: Path) -> PKI:
-    """Create (or reuse, when complete) the CA, serving, client and ServiceAccount keys."""
+def make_pki(state_dir: Path, server_ips: tuple[str, ...] = ()) -> PKI:
+    """Create what is missing of the CA, serving, client and ServiceAccount keys; the serving
+    certificate is remade when its addresses (127.0.0.1, the `kubernetes` Service IP and
+    `server_ips`, e.g. the real node's address the apiserver listens on) changed."""
     pki = PKI(Path(state_dir) / "pki")
-    wanted = [pki.ca, pki.serving_cert, pki.sa_pub, *(pki.client(n)[0] for n in CLIENTS)]
-    if all(p.exists() for p in wanted):
-        return pki
     pki.dir.mkdir(parents=True, exist_ok=True)
-    _ec_key(pki.ca_key)
-    _openssl("req", "-x509", "-new", "-key", str(pki.ca_key), "-subj", "/CN=chexflow-local-ca",
-             "-days", "365", "-sha256", "-addext", "basicConstraints=critical,CA:TRUE",
-             "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", str(pki.ca),
-             cwd=pki.dir)
-    sans = ["IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes",
-            "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
-            "DNS:kubernetes.default.svc.cluster.local"]
-    _signed_cert(pki, "apiserver", "/CN=kube-apiserver",
-                 "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-                 f"extendedKeyUsage=serverAuth\nsubjectAltName={','.join(sans)}\n")
+    if not pki.ca.exists():
+        _ec_key(pki.ca_key)
+        _openssl("req", "-x509", "-new", "-key", str(pki.ca_key), "-subj", "/CN=chexflow-local-ca",
+                 "-days", "365", "-sha256", "-addext", "basicConstraints=critical,CA:TRUE",
+                 "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", str(pki.ca),
+                 cwd=pki.dir)
+        for stale in (pki.serving_cert, *(pki.client(n)[0] for n in CLIENTS)):
+            stale.unlink(missing_ok=True)
+    sans = ",".join([*(f"IP:{ip}" for ip in ("127.0.0.1", SERVICE_IP, *server_ips)),
+                     "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
+                     "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local"])
+    sans_file = pki.dir / "apiserver.sans"
+    if not pki.serving_cert.exists() or not sans_file.exists() or sans_file.read_text() != sans:
+        _signed_cert(pki, "apiserver", "/CN=kube-apiserver",
+                     "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
+                     f"keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName={sans}\n")
+        sans_file.write_text(sans)
     for stem, (cn, org) in CLIENTS.items():
+        if pki.client(stem)[0].exists():
+            continue
         subject = f"/CN={cn}" + (f"/O={org}" if org else "")
         _signed_cert(pki, stem, subject,
                      "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
                      "extendedKeyUsage=clientAuth\n")
-    _ec_key(pki.sa_key)
-    _openssl("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub), cwd=pki.dir)
+    if not pki.sa_pub.exists():
+        _ec_key(pki.sa_key)
+        _openssl("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub),
+                 cwd=pki.dir)
     return pki
 
 

@@ -1,6 +1,12 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kwok (simulated GPU nodes) and mpi-operator, each a local process; with
-`real_node=True` also a real node (containerd, kubelet, CoreDNS: realnode.py) that runs pods.
+`real_node=True` also a real node (containerd, kubelet, CoreDNS: realnode.py) that runs pods,
+and with `katib=True` kube-proxy on it (ClusterIP Services: kubeproxy.py) and Katib v0.19.0
+(katib.py).
+
+With a real node the apiserver listens on and advertises the node's address (198.18.K.1, on
+the node's bridge) instead of 127.0.0.1: host clients reach it there, and pods reach it through
+the `kubernetes` Service, whose endpoint is that address.
 
     with LocalCluster(state_dir) as cluster:      # or cluster.start() ... cluster.stop()
         api = cluster.api_client()                # kubernetes.client.ApiClient (admin)
@@ -27,12 +33,12 @@ from importlib import resources
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
-from chexflow.localcluster import binaries, certs, crds, nodes, realnode
+from chexflow.localcluster import binaries, certs, crds, katib, kubeproxy, nodes, realnode
 from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-               "mpi-operator", "containerd", "kubelet", "coredns")
+               "mpi-operator", "containerd", "kubelet", "coredns", "kube-proxy")
 # RFC 2544 benchmarking addresses, never a private range: services here, pods in 198.18.0.0/16
 # (kwok nodes' pods in the upper half, the real node's in a /24 of the lower half).
 SERVICE_CIDR = "198.19.0.0/16"
@@ -85,11 +91,16 @@ class LocalCluster:
     # these image archives (OCI or docker) loaded into its containerd.
     real_node: bool = False
     node_images: list[Path] = field(default_factory=list)
+    # kube-proxy on the real node and Katib in namespace kubeflow (implies real_node)
+    katib: bool = False
+    # the address the apiserver listens on: the real node's when there is one
+    host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=dict)
     processes: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
+        self.real_node = self.real_node or self.katib
 
     # ---- paths -------------------------------------------------------------------------------
     @property
@@ -99,7 +110,7 @@ class LocalCluster:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.ports['apiserver']}"
+        return f"https://{self.host}:{self.ports['apiserver']}"
 
     @property
     def log_dir(self) -> Path:
@@ -113,10 +124,12 @@ class LocalCluster:
             raise ClusterError(f"a cluster is already running from {self.state_dir}: "
                                f"run `chexflow cluster down --dir {self.state_dir}` first")
         self.bin_dir = Path(self.bin_dir or binaries.ensure_binaries())
-        node_bin = None
+        node_bin = katib_images = None
         if self.real_node:
             realnode.check_requirements()
             node_bin = binaries.ensure_node_binaries()
+        if self.katib:
+            katib_images = katib.build_images()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for stale in ("etcd", "logs"):
             shutil.rmtree(self.state_dir / stale, ignore_errors=True)
@@ -124,11 +137,13 @@ class LocalCluster:
         self.ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver",
                                                "controller_manager", "scheduler", "kwok",
                                                "mpi_health", "kubelet", "kubelet_healthz",
-                                               "coredns_health", "coredns_ready")}
+                                               "coredns_health", "coredns_ready",
+                                               "kube_proxy_healthz", "kube_proxy_metrics")}
         self.processes = {}
         deadline = time.monotonic() + timeout
         try:
-            pki = certs.make_pki(self.state_dir)
+            self.host = self._prepare_real_node()["node_ip"] if node_bin else "127.0.0.1"
+            pki = certs.make_pki(self.state_dir, server_ips=(self.host,) if node_bin else ())
             certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
             for client in ("controller-manager", "scheduler"):
                 certs.write_kubeconfig(self.state_dir / f"{client}.kubeconfig", self.server, pki,
@@ -150,9 +165,11 @@ class LocalCluster:
             self._wait_http(f"http://127.0.0.1:{self.ports['mpi_health']}/healthz",
                             "mpi-operator", deadline)
             if node_bin:
-                self._start_real_node(node_bin, pki, deadline)
                 if self.die_with_parent:
                     self._start_reaper()
+                self._start_real_node(node_bin, pki, deadline)
+            if katib_images:
+                katib.deploy(self, katib_images, timeout=max(5.0, deadline - time.monotonic()))
         except BaseException:
             self.stop()
             raise
@@ -177,6 +194,8 @@ class LocalCluster:
             self._reap(proc["pid"])
         if (self.state_dir / "node").exists():
             realnode.RealNode(self.state_dir).cleanup()
+        if self.katib:
+            kubeproxy.release(self.state_dir)
         self.processes = {}
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 
@@ -202,7 +221,7 @@ class LocalCluster:
         state = {"server": self.server, "kubeconfig": str(self.kubeconfig),
                  "bin_dir": str(self.bin_dir), "nodes": self.nodes,
                  "gpus_per_node": self.gpus_per_node, "real_node": self.real_node,
-                 "ports": self.ports,
+                 "katib": self.katib, "host": self.host, "ports": self.ports,
                  "processes": self.processes}
         (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
 
@@ -215,8 +234,9 @@ class LocalCluster:
         state = json.loads(path.read_text())
         return cls(state_dir=Path(state_dir), nodes=state["nodes"],
                    gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
-                   real_node=state.get("real_node", False),
-                   ports=state["ports"], processes=state["processes"])
+                   real_node=state.get("real_node", False), katib=state.get("katib", False),
+                   host=state.get("host", "127.0.0.1"), ports=state["ports"],
+                   processes=state["processes"])
 
     # ---- clients -------------------------------------------------------------------------------
     def api_client(self):
@@ -258,7 +278,7 @@ class LocalCluster:
     def _apiserver_args(self, pki: certs.PKI) -> list[str]:
         return [
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--bind-address={self.host}", f"--advertise-address={self.host}",
             f"--secure-port={self.ports['apiserver']}",
             f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
             f"--client-ca-file={pki.ca}",
@@ -274,7 +294,7 @@ class LocalCluster:
             f"--kubelet-client-certificate={pki.client('admin')[0]}",
             f"--kubelet-client-key={pki.client('admin')[1]}",
             # loopback is not a valid endpoint address for the `kubernetes` Service
-            "--endpoint-reconciler-type=none",
+            *(["--endpoint-reconciler-type=none"] if self.host == "127.0.0.1" else []),
             "--profiling=false", "--v=1",
         ]
 
@@ -327,13 +347,19 @@ class LocalCluster:
                 "--threadiness=4", "--kube-api-qps=200", "--kube-api-burst=400",
                 "--controller-queue-rate-limit=100", "--controller-queue-burst=1000"]
 
-    def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:
-        """containerd (with the pause image), the kubelet and CoreDNS; waits for Ready."""
+    def _prepare_real_node(self) -> dict[str, str]:
+        """The real node's folder and bridge (before the apiserver, which listens there)."""
         node = realnode.RealNode(self.state_dir)
         node.cleanup()  # whatever a killed run from this folder left
         shutil.rmtree(node.dir, ignore_errors=True)
         node.dir.mkdir(parents=True)
-        addr = node.setup_network()
+        return node.setup_network(SERVICE_CIDR if self.katib else None)
+
+    def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:
+        """containerd (with the pause image), the kubelet, CoreDNS and with `katib` kube-proxy;
+        waits for Ready."""
+        node = realnode.RealNode(self.state_dir)
+        addr = node.addresses()
         node.make_cgroups()
         self._spawn("containerd", [f"--config={node.containerd_config()}"],
                     exe=realnode.CONTAINERD)
@@ -356,6 +382,21 @@ class LocalCluster:
         self._wait_real_node_ready(deadline)
         self._wait_http(f"http://127.0.0.1:{self.ports['coredns_ready']}/ready", "coredns",
                         deadline)
+        if self.katib:
+            self._start_kube_proxy(node_bin / "kube-proxy", pki, addr, deadline)
+
+    def _start_kube_proxy(self, exe: Path, pki: certs.PKI, addr: dict[str, str],
+                          deadline: float) -> None:
+        """kube-proxy for the node's pod /24, once this cluster holds the machine's claim."""
+        kubeproxy.claim(self.state_dir, exe)
+        node_dir = realnode.RealNode(self.state_dir).dir
+        kubeconfig = certs.write_kubeconfig(node_dir / "kube-proxy.kubeconfig", self.server, pki,
+                                            "kube-proxy")
+        config = kubeproxy.config(node_dir / "kube-proxy.yaml", kubeconfig, realnode.NODE_NAME,
+                                  addr["node_ip"], addr["pod_cidr"], self.ports)
+        self._spawn("kube-proxy", [f"--config={config}", "--v=1"], exe=exe)
+        self._wait_http(f"http://127.0.0.1:{self.ports['kube_proxy_healthz']}/healthz",
+                        "kube-proxy", deadline)
 
     def _start_reaper(self) -> None:
         """A detached watcher that stops this cluster (real node included) if this process

@@ -146,8 +146,10 @@ class RealNode:
                 return net
         raise RealNodeError(f"every /24 of {POD_SUPERNET} is in use on this machine")
 
-    def setup_network(self) -> dict[str, str]:
-        """Create the bridge with the node address; write the CNI config; returns the addresses."""
+    def setup_network(self, service_cidr: str | None = None) -> dict[str, str]:
+        """Create the bridge with the node address; write the CNI config; returns the addresses.
+        With `service_cidr` (a cluster with kube-proxy) pods route it through the node, where
+        kube-proxy's rules send ClusterIP connections on to their endpoints."""
         net = self.pick_subnet()
         node_ip = str(next(net.hosts()))
         _run("ip", "link", "add", self.bridge, "type", "bridge")
@@ -155,7 +157,8 @@ class RealNode:
         _run("ip", "link", "set", self.bridge, "up")
         cni_dir = self.dir / "cni"
         cni_dir.mkdir(parents=True, exist_ok=True)
-        # host-local allocates from the /24; no routes but the on-link subnet, no masquerading
+        # host-local allocates from the /24; no routes but the on-link subnet (and the Services
+        # through the node when kube-proxy runs), no masquerading
         (cni_dir / "10-chexflow.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0", "name": f"chexflow-{self.id}",
             "plugins": [
@@ -163,6 +166,8 @@ class RealNode:
                  "hairpinMode": True,
                  "ipam": {"type": "host-local", "ranges": [[{"subnet": str(net),
                                                                "gateway": node_ip}]],
+                          "routes": ([{"dst": service_cidr, "gw": node_ip}]
+                                     if service_cidr else []),
                           "dataDir": str(self.dir / "cni-ipam")}},
                 {"type": "loopback"},
             ],
@@ -224,6 +229,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root,
             "clusterDNS": [node_ip], "clusterDomain": CLUSTER_DOMAIN,
             "resolvConf": str(self.dir / "resolv.conf"),
+            # not the shared /var/log/pods: a kubelet's garbage collector deletes the folders
+            # of pods it does not know, so side-by-side nodes deleted each other's logs
+            "podLogsDir": str(self.dir / "pod-logs"),
             "registerWithTaints": [NODE_TAINT],
             "failSwapOn": False, "maxPods": 32, "serializeImagePulls": False,
             "makeIPTablesUtilChains": False,

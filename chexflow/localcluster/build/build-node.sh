@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the local cluster's real node from Go modules: the kubelet (k8s.io/kubernetes, from
-# go.mod beside this script, the same release as the control plane), CoreDNS (node/go.mod, a
+# Builds the local cluster's real node from Go modules: the kubelet and kube-proxy
+# (k8s.io/kubernetes, from go.mod beside this script, the same release as the control plane), CoreDNS (node/go.mod, a
 # short plugin list in node/coredns/main.go) and the pod sandbox's `pause` program (C, from the
 # k8s.io/kubernetes module's build/pause/linux/pause.c). containerd, runc and the CNI plugins
 # come from Debian (images/install-system.sh).
@@ -31,6 +31,11 @@ start=$SECONDS
 echo ">> go build k8s.io/kubernetes/cmd/kubelet -> kubelet"
 nice -n 10 go build -ldflags "-s -w $kver" -o "$tmp/kubelet" k8s.io/kubernetes/cmd/kubelet
 echo "   kubelet built in $((SECONDS - start)) s"
+
+start=$SECONDS
+echo ">> go build k8s.io/kubernetes/cmd/kube-proxy -> kube-proxy"
+nice -n 10 go build -ldflags "-s -w $kver" -o "$tmp/kube-proxy" k8s.io/kubernetes/cmd/kube-proxy
+echo "   kube-proxy built in $((SECONDS - start)) s"
 
 start=$SECONDS
 echo ">> go build node/coredns -> coredns"

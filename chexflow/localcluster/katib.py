@@ -1,0 +1,186 @@
+"""Katib v0.19.0 on the local cluster's real node (`chexflow cluster up --katib`).
+
+Everything runs as pods in namespace `kubeflow` (its pods all go to the real node): katib-mysql
+(emptyDir, no PVC), katib-db-manager, and katib-controller with its RBAC, the katib-config
+ConfigMap and the experiment/pod webhooks, whose certificate Katib's own cert generator makes
+(`init.certGenerator.enable`: it fills the katib-webhook-cert Secret and the webhooks' caBundle).
+The manifests are Katib's own, read from the Katib Go module as crds.py reads the CRDs
+(`manifests/v1beta1/components/...`), with these changes: images are the ones
+chexflow.imagebuild builds (`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run
+with their own entrypoints, mysql keeps its data in an emptyDir, and katib-config lists only what
+runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion service for random, tpe,
+cmaes and sobol, and the File/StdOut metrics collector.
+
+katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
+the apiserver through the `kubernetes` Service, which is why --katib starts kube-proxy.
+Namespaces whose trials Katib should watch need `INJECTION_LABEL` (the pod webhook injects the
+metrics collector there) and, on this cluster, realnode.namespace_annotations().
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import yaml
+
+from chexflow.errors import ChexflowError
+from chexflow.localcluster import crds, realnode
+
+NAMESPACE = "kubeflow"
+INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
+CONTROLLER, DB_MANAGER, MYSQL = "katib-controller", "katib-db-manager", "katib-mysql"
+COLLECTOR, GOPTUNA = "katib-file-metricscollector", "katib-suggestion-goptuna"
+IMAGES = (CONTROLLER, DB_MANAGER, COLLECTOR, GOPTUNA, MYSQL)
+GOPTUNA_ALGORITHMS = ("random", "tpe", "cmaes", "sobol")
+TRIAL_RESOURCES = ("Job.v1.batch", "MPIJob.v2beta1.kubeflow.org")
+# Katib's manifests used, under manifests/v1beta1/components/ in its module
+MANIFESTS = ("controller/rbac.yaml", "controller/controller.yaml", "controller/service.yaml",
+             "db-manager/db-manager.yaml", "db-manager/service.yaml", "mysql/secret.yaml",
+             "mysql/mysql.yaml", "mysql/service.yaml", "webhook/webhooks.yaml")
+
+
+class KatibError(ChexflowError):
+    """Katib could not be deployed or did not become ready."""
+
+
+def build_images() -> dict[str, object]:
+    """name -> chexflow.imagebuild BuiltImage (ref, archive) of each Katib image."""
+    from chexflow.imagebuild.build import build_image
+
+    return {name: build_image(name) for name in IMAGES}
+
+
+def components_dir() -> Path:
+    """manifests/v1beta1/components of the Katib module (from the Go module cache)."""
+    return crds.module_dir(crds.KATIB_MODULE, crds.KATIB_VERSION) / "manifests/v1beta1/components"
+
+
+def katib_config(refs: dict[str, str]) -> dict:
+    """KatibConfig: cert generator on, Job + MPIJob trials, goptuna, the file collector."""
+    def image(name: str) -> dict:
+        return {"image": refs[name], "imagePullPolicy": "Never"}
+
+    return {
+        "apiVersion": "config.kubeflow.org/v1beta1", "kind": "KatibConfig",
+        "init": {"certGenerator": {"enable": True},
+                 "controller": {"webhookPort": 8443, "trialResources": list(TRIAL_RESOURCES)}},
+        "runtime": {
+            "metricsCollectors": [{"kind": kind, **image(COLLECTOR)}
+                                  for kind in ("StdOut", "File")],
+            "suggestions": [{"algorithmName": a, **image(GOPTUNA)} for a in GOPTUNA_ALGORITHMS],
+        },
+    }
+
+
+def _adapt(doc: dict, refs: dict[str, str]) -> dict:
+    """Katib's manifest with our images (own entrypoints, never pulled) and no PVC."""
+    doc = copy.deepcopy(doc)
+    if doc.get("kind") != "Deployment":
+        return doc
+    pod = doc["spec"]["template"]["spec"]
+    for c in pod["containers"]:
+        c["image"] = refs[c["name"]]
+        c["imagePullPolicy"] = "Never"
+        c.pop("command", None)
+    for v in pod.get("volumes", []):
+        if "persistentVolumeClaim" in v:
+            del v["persistentVolumeClaim"]
+            v["emptyDir"] = {}
+    return doc
+
+
+def documents(refs: dict[str, str]) -> list[dict]:
+    """Every object to create, in order: namespace, config, Katib's manifests adapted."""
+    root = components_dir()
+    docs: list[dict] = [
+        {"apiVersion": "v1", "kind": "Namespace",
+         "metadata": {"name": NAMESPACE, "annotations": realnode.namespace_annotations()}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": "katib-config", "namespace": NAMESPACE},
+         "data": {"katib-config.yaml": yaml.safe_dump(katib_config(refs), sort_keys=False)}},
+        # filled by Katib's cert generator
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": "katib-webhook-cert", "namespace": NAMESPACE}},
+    ]
+    for rel in MANIFESTS:
+        path = root / rel
+        if not path.is_file():
+            raise KatibError(f"{crds.KATIB_MODULE}@{crds.KATIB_VERSION}: no {rel} in the module")
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                doc.setdefault("metadata", {})
+                if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding") and \
+                        "Webhook" not in doc["kind"]:
+                    doc["metadata"]["namespace"] = NAMESPACE
+                docs.append(_adapt(doc, refs))
+    return docs
+
+
+def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
+    """Load the images into the real node, create Katib's objects, wait until its Deployments
+    are Available and the experiment webhook answers."""
+    from kubernetes import utils
+
+    node = realnode.RealNode(cluster.state_dir)
+    for image in images.values():
+        node.import_image(Path(image.archive))
+    refs = {name: image.ref for name, image in images.items()}
+    api = cluster.api_client()
+    for doc in documents(refs):
+        try:
+            utils.create_from_dict(api, doc)
+        except utils.FailToCreateError as e:
+            reason = "; ".join(f"{x.status} {x.reason}: {x.body}" for x in e.api_exceptions)
+            raise KatibError(f"{doc['kind']} {doc['metadata']['name']}: {reason}") from e
+    deadline = time.monotonic() + timeout
+    for name in (MYSQL, DB_MANAGER, CONTROLLER):
+        wait_available(cluster, name, deadline)
+    wait_webhook(cluster, deadline)
+
+
+def wait_available(cluster, name: str, deadline: float) -> None:
+    """Until Deployment kubeflow/<name> is Available; the error names its pod's last state."""
+    from kubernetes import client
+
+    apps, core = client.AppsV1Api(cluster.api_client()), client.CoreV1Api(cluster.api_client())
+    while time.monotonic() < deadline:
+        cluster.check()
+        dep = apps.read_namespaced_deployment(name, NAMESPACE)
+        if any(c.type == "Available" and c.status == "True"
+               for c in dep.status.conditions or []) and dep.status.ready_replicas:
+            return
+        time.sleep(1)
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=",".join(
+        f"{k}={v}" for k, v in dep.spec.selector.match_labels.items())).items
+    states = [f"{p.metadata.name} {p.status.phase}: "
+              + "; ".join(f"{s.name} {s.state.waiting or s.state.terminated or 'running'}"
+                          for s in p.status.container_statuses or []) for p in pods]
+    raise KatibError(f"Deployment {NAMESPACE}/{name} not Available: "
+                     f"{' | '.join(states) or 'no pod'} "
+                     f"(kubectl -n {NAMESPACE} logs deploy/{name})")
+
+
+def wait_webhook(cluster, deadline: float) -> None:
+    """Until Katib's experiment webhook judges a (server-side dry-run) Experiment: it denies one
+    whose parallelTrialCount exceeds maxTrialCount."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(cluster.api_client())
+    probe = {"apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment",
+             "metadata": {"name": "webhook-probe"},
+             "spec": {"maxTrialCount": 1, "parallelTrialCount": 2}}
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", NAMESPACE,
+                                                   "experiments", probe, dry_run="All")
+        except ApiException as e:
+            if "denied the request" in (e.body or ""):
+                return
+            last = f"{e.status} {e.body}"
+        time.sleep(1)
+    raise KatibError(f"Katib's experiment webhook not answering: {last[-300:]} "
+                     f"(kubectl -n {NAMESPACE} logs deploy/{CONTROLLER})")
