@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from chexflow.bench.allreduce import copy_and_sum_ms, gradient_steps, read_timeline
 from chexflow.bench.core import (
     Result,
     Side,
@@ -89,6 +90,41 @@ def test_report_logic_scaling_against_two_baselines_with_the_machine_beside(tmp_
     assert f"({cpu_model()})" in table.splitlines()[0]
     assert (f"scaling vs one worker alone: {cpu_model()}, {doc['machine']['cpus']} cores; one "
             "worker alone 30 images/s (median of 2)") in table
+
+
+def test_allreduce_account_counts_fused_tensors_once_per_step(tmp_path):
+    """Two tensors fused into one ALLREDUCE and a third reduced later, over two steps: the
+    active time is the union of intervals, phases likewise, bytes from shape and dtype."""
+    def tensor(pid, name, spans, shape, dtype):
+        events = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}]
+        for b, e in spans:
+            events += [{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": b - 50, "pid": pid},
+                       {"ph": "E", "ts": b - 10, "pid": pid},
+                       {"ph": "B", "name": "ALLREDUCE", "ts": b, "pid": pid},
+                       {"ph": "B", "name": "MEMCPY_IN_FUSION_BUFFER", "ts": b, "pid": pid},
+                       {"ph": "E", "ts": b + 100, "pid": pid},
+                       {"ph": "B", "name": "GLOO_ALLREDUCE", "ts": b + 100, "pid": pid},
+                       {"ph": "E", "ts": e - 100, "pid": pid},
+                       {"ph": "B", "name": "MEMCPY_OUT_FUSION_BUFFER", "ts": e - 100, "pid": pid},
+                       {"ph": "E", "ts": e, "pid": pid},
+                       {"ph": "E", "ts": e, "pid": pid, "args": {"dtype": dtype, "shape": shape}}]
+        return events
+
+    grad = "PartitionedCall/DistributedAdam_Allreduce/cond_{}/HorovodAllreduce_grads_{}_0"
+    events = (tensor(1, grad.format(0, 0), [(1000, 2000), (9000, 10000)], "[3, 4]", "float32")
+              + tensor(2, grad.format(1, 1), [(1000, 2000), (9000, 10000)], "[8]", "float16")
+              + tensor(3, grad.format(2, 2), [(2500, 3000), (10000, 11000)], "[2]", "float32")
+              + tensor(4, "HorovodAllreduce_metric_0", [(5000, 6000)], "[]", "float32"))
+    path = tmp_path / "timeline.json"
+    path.write_text(json.dumps(events)[:-1] + ",")  # Horovod leaves the array open
+    steps = gradient_steps(read_timeline(path))
+    assert steps == [
+        {"allreduce_ms": 1.5, "copy_in_ms": 0.2, "reduce_ms": 1.1, "copy_out_ms": 0.2,
+         "bytes": 48 + 16 + 8, "tensors": 3},
+        {"allreduce_ms": 2.0, "copy_in_ms": 0.2, "reduce_ms": 1.6, "copy_out_ms": 0.2,
+         "bytes": 48 + 16 + 8, "tensors": 3},
+    ]
+    assert 0 < copy_and_sum_ms(4_000_000, repeats=2) < 1000
 
 
 def test_cpu_model_reads_the_model_name_of_proc_cpuinfo(tmp_path):

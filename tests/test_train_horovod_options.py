@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from chexflow.bench.allreduce import gradient_steps, read_timeline
 from chexflow.envs import trainer_python
 from tests.conftest import REPO, read_json, run_chexflow
 
@@ -24,8 +25,7 @@ TINY = ("--synthetic-data", "--model", "resnet50", "--image-size", 32, "--batch-
 
 def timeline_allreduces(path: Path) -> dict[str, tuple[int, set[str]]]:
     """Horovod timeline -> {allreduced tensor: (allreduces, dtypes)}."""
-    text = path.read_text().rstrip().rstrip(",")
-    events = json.loads(text if text.endswith("]") else text + "]")
+    events = read_timeline(path)
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("name") == "process_name" and "name" in e.get("args", {})}
     counts: collections.Counter = collections.Counter()
@@ -60,6 +60,12 @@ def test_fp16_allreduce_and_backward_passes_reach_horovod(tmp_path):
     assert {count for count, _ in gradients.values()} == {2}  # 4 steps / 2 backward passes
     assert set().union(*(d for _, d in gradients.values())) == {"float16"}
     assert m["last_epoch"]["val_images"] == 8  # the synthetic run validates as a real one
+    # the bench's allreduce account reads the same timeline: one record per step, every
+    # gradient tensor in it, ResNet-50's ~23.6 M float16 gradients, phases inside the allreduce
+    steps = gradient_steps(read_timeline(timeline))
+    assert len(steps) == 2 and {s["tensors"] for s in steps} == {len(gradients)}
+    assert all(44e6 < s["bytes"] < 50e6 for s in steps), steps
+    assert all(s["allreduce_ms"] >= s["reduce_ms"] > 0 and s["copy_in_ms"] > 0 for s in steps)
 
 
 @pytest.mark.trainer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
-ON_REQUEST = ("horovod-options",)
+ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,8 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", action="store_true", help="the single-GPU sweep (needs a GPU)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
     p.add_argument("--only", nargs="+", choices=COMPARISONS + ON_REQUEST,
-                   help="run only these comparisons (horovod-options runs only when named)")
+                   help="run only these comparisons (horovod-options and allreduce-account, "
+                   "where a Horovod timeline accounts for each step's time, run only when named)")
     p.add_argument("--repeats", type=int, help="runs of each side (default 3; --quick 1)")
+    p.add_argument("--kubeconfig", type=Path,
+                   help="real-pods (an MPIJob on a local cluster's real node against local "
+                   "horovodrun, only when named): the kubeconfig of a running `chexflow cluster "
+                   "up --real-node` (default: the bench starts a cluster of its own)")
     p.set_defaults(func=run_bench)
 
 
@@ -43,7 +48,7 @@ def synth_tfrecords(work: Path, images: int, source_px: int, size: int) -> Path:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from chexflow.bench import katib_overhead, orchestration, preprocessing, training
+    from chexflow.bench import allreduce, katib_overhead, orchestration, preprocessing, training
     from chexflow.bench.core import write_report
 
     out: Path = args.out
@@ -61,7 +66,8 @@ def run_bench(args: argparse.Namespace) -> int:
         n, px = (40, 128) if quick else (1500, 1024)
         results.append(preprocessing.run(work / "preprocessing", n, px, 224, 2, repeats))
     data = None
-    if {"input-pipeline", "scaling", "horovod-options"} & set(wanted):
+    if {"input-pipeline", "scaling", "horovod-options", "allreduce-account",
+            "real-pods"} & set(wanted):
         data = synth_tfrecords(work, 120 if quick else 1200, 64, size)
     if "input-pipeline" in wanted:
         for model in ("resnet50",) if quick else ("densenet121", "resnet50"):
@@ -75,7 +81,21 @@ def run_bench(args: argparse.Namespace) -> int:
         results += training.horovod_options(work, data, "resnet50", size, batch, steps, repeats)
     if "katib" in wanted:
         results.append(katib_overhead.run(work / "katib", 5 if quick else 20, repeats))
-    doc = write_report(results, out, {"quick": quick, "repeats": repeats})
+    extra, sections = {"quick": quick, "repeats": repeats}, []
+    if "allreduce-account" in wanted:
+        extra["allreduce_account"] = allreduce.account(work, data, "resnet50", size, batch, steps,
+                                                       repeats=repeats)
+        sections.append(allreduce.markdown(extra["allreduce_account"]))
+    if "real-pods" in wanted:
+        from chexflow.bench import real_pods
+
+        pods = real_pods.run(work, data, real_pods.Settings("densenet121", size, batch, steps),
+                             repeats, args.kubeconfig)
+        results.append(pods)
+        sections.append(real_pods.markdown(pods.as_dict()))
+    doc = write_report(results, out, extra, sections)
+    if "real-pods" in wanted:
+        real_pods.plot_startup(pods.as_dict(), out / "bench-real-pods-startup.png")
     print((out / "bench.md").read_text())
     print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.png'}")
     return 0 if all(r["met"] for r in doc["results"]) or quick else 1

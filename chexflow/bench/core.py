@@ -144,6 +144,10 @@ def markdown(results: list[Result], host: dict) -> str:
         f"Measured on {host['cpus']} CPUs ({host.get('cpu_model', host['processor'])}), "
         f"{host['platform']}, {host['when']}"
         + (f", load average {load[0]:g} at the end." if load else "."),
+    ]
+    if not results:
+        return lines[0] + "\n"
+    lines += [
         "",
         "| comparison | A | B | median A | median B | unit | figure | value | goal | met |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -193,13 +197,15 @@ def plot(results: list[Result], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(results: list[Result], out: Path, extra: dict | None = None) -> dict:
-    """bench.json, bench.md and bench.png in `out`; returns the JSON document."""
+def write_report(results: list[Result], out: Path, extra: dict | None = None,
+                 sections: list[str] = ()) -> dict:
+    """bench.json, bench.md (the table, then `sections`) and bench.png in `out`; returns the
+    JSON document."""
     out.mkdir(parents=True, exist_ok=True)
     host = machine()
     doc = {"machine": host, "results": [r.as_dict() for r in results], **(extra or {})}
     (out / "bench.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / "bench.md").write_text(markdown(results, host))
+    (out / "bench.md").write_text(markdown(results, host) + "".join(sections))
     if results:
         plot(results, out / "bench.png")
     return doc
