@@ -8,6 +8,7 @@ import secrets
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.katib.results import table_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,23 +26,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the next suggestions (--cluster: server-side dry run) and stop")
     p.add_argument("--trial-command", metavar="CMD",
-                   help="shell command run for each trial instead of the trialSpec's container; "
-                   "${trialParameters.NAME} is substituted")
+                   help="local runs only: shell command run for each trial instead of the "
+                   "trialSpec's container; ${trialParameters.NAME} is substituted")
     p.add_argument("--state", type=Path,
                    help="sweep state and results folder (default: runs/tune/EXPERIMENT); "
-                   "rerun with the same folder to resume")
+                   "rerun with the same folder to resume (--cluster: the results folder)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                    help="change the spec, e.g. spec.maxTrialCount=4 (repeatable)")
     p.add_argument("--trial-arg", dest="trial_args", action="append", default=[],
                    metavar="NAME=VALUE",
-                   help="set --NAME VALUE in the trial container's command (repeatable)")
-    p.add_argument("--volume", dest="volumes", action="append", default=[], metavar="NAME=DIR",
-                   help="local folder for the trialSpec volume NAME (default: STATE/volumes/NAME)")
+                   help="set --NAME VALUE in the trial container's command (repeatable; "
+                   "--cluster: in the trialSpec's primary container)")
+    p.add_argument("--volume", dest="volumes", action="append", default=[],
+                   metavar="NAME=DIR|PVC",
+                   help="the trialSpec volume NAME: locally a folder (default: "
+                   "STATE/volumes/NAME); with --cluster a PersistentVolumeClaim, which replaces "
+                   "the volume's source in every trial pod (repeatable)")
     p.add_argument("--namespace", help="--cluster: namespace (default: the spec's)")
     p.add_argument("--timeout", type=float, default=24 * 3600,
-                   help="--cluster: seconds to wait for the end")
-    p.add_argument("--poll-interval", type=float, default=15.0, help="--cluster: seconds")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+                   help="--cluster: seconds to wait for the end (then the Experiment is "
+                   "deleted)")
+    p.add_argument("--poll-interval", type=float, default=15.0,
+                   help="--cluster: seconds between looks at the Experiment and its Trials")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (--cluster has none: one line per change)")
     p.set_defaults(func=run_tune)
 
 
@@ -63,21 +71,34 @@ def run_tune(args: argparse.Namespace) -> int:
     exp = load_experiment(args.spec, args.overrides)
     state_dir = args.state or Path("runs") / "tune" / exp.name
     if args.cluster:
-        from chexflow.katib.kubernetes import run_on_cluster
-
-        result = run_on_cluster(exp, state_dir, args.namespace, args.timeout,
-                                args.poll_interval, args.dry_run)
-        if result:
-            cond = result["condition"]
-            print(f"experiment {exp.name}: {cond.get('type')} ({cond.get('reason')})")
-            print("optimal trial: " + json.dumps(result["optimal"]))
-            return 0 if cond.get("type") == "Succeeded" else 1
-        return 0
+        return _run_cluster(args, exp, state_dir)
+    if args.namespace:
+        raise ChexflowError("--namespace: applies to --cluster only (a local sweep has none)")
     return _run_local(args, exp, state_dir)
 
 
+def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
+    from chexflow.katib.kubernetes import cluster_experiment, parse_claims, run_on_cluster
+
+    if args.trial_command is not None:
+        raise ChexflowError("--trial-command: runs trials as local shell commands; on a cluster "
+                            "Katib runs the trialSpec (change its command with --trial-arg)")
+    exp = cluster_experiment(exp, args.namespace, args.trial_args, parse_claims(args.volumes))
+    summary = run_on_cluster(exp, state_dir, args.timeout, args.poll_interval, args.dry_run)
+    if not summary:
+        return 0
+    print(table_text(_rows_for_print(summary)))
+    cond = summary["condition"]
+    print(f"experiment {exp.name}: {cond.get('type')} ({cond.get('reason')}: "
+          f"{cond.get('message')})")
+    if summary["optimal"]:
+        print("optimal trial: " + json.dumps(summary["optimal"]))
+    print(f"results: {state_dir}/results.{{json,csv,html}}, optimal.json, objective.png")
+    return 0 if cond.get("type") == "Succeeded" else 1
+
+
 def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
-    from chexflow.katib.results import table_text, write_results
+    from chexflow.katib.results import write_results
     from chexflow.katib.runner import LocalRunner, check_local, dry_run
     from chexflow.katib.state import open_state
     from chexflow.katib.suggest import LIBRARY
@@ -99,7 +120,7 @@ def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
     runner = LocalRunner(exp, state, args.trial_command, volumes, args.trial_args,
                          progress=not args.no_progress)
     cond = runner.run()
-    summary = write_results(exp, state)
+    summary = write_results(exp, state.directory, state.trials, state.conditions)
     print(table_text(_rows_for_print(summary)))
     print(f"experiment {exp.name}: {cond['type']} ({cond['reason']}: {cond['message']})")
     if summary["optimal"]:
@@ -109,5 +130,5 @@ def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
 
 
 def _rows_for_print(summary: dict) -> list[dict]:
-    drop = {"message", "metric_logs", "started", "finished"}
+    drop = {"message", "observation", "metric_logs", "started", "finished"}
     return [{k: v for k, v in t.items() if k not in drop} for t in summary["trials"]]

@@ -1,105 +1,392 @@
-"""`chexflow tune --cluster`: create the Experiment with the Kubernetes client and wait for it.
+"""`chexflow tune --cluster`: create the Experiment with the Kubernetes client, follow it to its
+end, and write the local runner's results from its Trials.
 
-Only the Kubernetes client is needed (CustomObjectsApi, kubeflow.org/v1beta1 experiments); the
-Katib SDK pins protobuf < 5 and has no local mode.
+- What is sent: the spec after `--set` (and Katib's defaults), in `--namespace`; `--trial-arg`
+  set in the primary container's command by the local runner's own builder
+  (`trialspec.override_args`); `--volume NAME=PVC` makes the trialSpec volume NAME that
+  PersistentVolumeClaim in every pod. The result is checked again with Katib's rules (a
+  `--trial-arg` that replaces a `${trialParameters.X}` leaves X unused, which Katib refuses).
+- While it runs: one line per change of the Experiment's trial counters (with the best trial so
+  far, status.currentOptimalTrial), and one line per Trial that ends, with its condition's
+  message when it Failed, had no metrics or was stopped.
+- At the end: results.{json,csv,html}, objective.png and optimal.json by the same writers as a
+  local sweep (results.py), from each Trial's parameterAssignments and status.observation;
+  optimal.json is status.currentOptimalTrial. experiment.json keeps the Experiment as read.
+- Stopped (SIGTERM, Ctrl-C) or timed out: the Experiment is deleted (its Trials and their jobs
+  go with it, propagation Background) before the command ends; a second SIGTERM is ignored
+  while it is deleted.
+
+Only the Kubernetes client is needed (CustomObjectsApi, kubeflow.org/v1beta1); the Katib SDK
+pins protobuf < 5 and has no local mode.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+import re
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.experiment import Experiment
+from chexflow.katib.results import optimal_entry, trial_line, write_results
+from chexflow.katib.spec import SpecError, parse_experiment
+from chexflow.katib.state import COMPLETED, STATE_FILE, TrialRecord
+from chexflow.katib.trialspec import override_args, primary_container
 from chexflow.kube import finished_condition, load_api_client
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
+TRIALS, SUGGESTIONS = "trials", "suggestions"
+SUGGESTION_FAILED = "Suggestion has failed"  # the Experiment's message; the reason is on the
+# Suggestion, which has the Experiment's name
+EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"  # Katib's label on an Experiment's Trials
+UNAVAILABLE = "unavailable"  # Katib's value of a metric it could not collect
+# A Trial's status from its True conditions, in the order Katib's experiment controller checks
+# them (updateTrialsSummary); none of them: Created (pending).
+TRIAL_STATUSES = ("Killed", "Failed", "Succeeded", "EarlyStopped", "Running", "MetricsUnavailable")
+# Progress: the Experiment's status counters, always shown, then those shown when not zero.
+COUNTERS = (("running", "trialsRunning"), ("succeeded", "trialsSucceeded"),
+            ("failed", "trialsFailed"), ("early-stopped", "trialsEarlyStopped"),
+            ("metrics-unavailable", "trialMetricsUnavailable"))
+OPTIONAL_COUNTERS = (("pending", "trialsPending"), ("killed", "trialsKilled"))
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class ClusterError(ChexflowError):
     """The Experiment could not be created or followed on the cluster."""
 
 
-def custom_objects_api():
+class ExperimentStopped(ChexflowError):
+    """`chexflow tune --cluster` was stopped or timed out; the Experiment was deleted."""
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived (a BaseException: no `except Exception` on the way swallows it)."""
+
+
+def custom_objects_api(api_client=None):
     from kubernetes import client
 
-    return client.CustomObjectsApi(load_api_client())
+    return client.CustomObjectsApi(api_client or load_api_client())
 
 
 def _api_message(e: Exception) -> str:
     body = getattr(e, "body", None)
     try:
         return json.loads(body).get("message", str(e))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):
         return str(getattr(e, "reason", e))
+
+
+# ---- the Experiment to create ------------------------------------------------------------------
+def parse_claims(items: list[str]) -> dict[str, str]:
+    """--volume NAME=PVC on a cluster: trialSpec volume -> PersistentVolumeClaim name."""
+    out = {}
+    for item in items:
+        name, sep, claim = item.partition("=")
+        if not sep or not name or not claim:
+            raise ClusterError(f"--volume {item!r}: expected NAME=PVC with --cluster (a trialSpec "
+                               "volume and the PersistentVolumeClaim it becomes)")
+        if not PVC_NAME_RE.match(claim) or len(claim) > 253:
+            raise ClusterError(f"--volume {item}: {claim!r} is not a PersistentVolumeClaim name "
+                               "(lower case letters, digits, '-' and '.'); with --cluster a "
+                               "volume is a claim, not a folder")
+        out[name] = claim
+    return out
+
+
+def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[str],
+                       claims: dict[str, str]) -> Experiment:
+    """The Experiment to create: `exp` (--set applied) in `namespace`, with --trial-arg set in
+    the primary container's command and --volume claims in the trialSpec, checked again."""
+    body = copy.deepcopy(exp.raw)
+    if namespace:
+        body.setdefault("metadata", {})["namespace"] = namespace
+    if not trial_args and not claims:
+        return parse_experiment(body, exp.source)
+    head = f"{exp.source}: " if exp.source else ""
+    template = body["spec"]["trialTemplate"]
+    if "trialSpec" not in template:
+        cm = template.get("configMap") or {}
+        raise ClusterError(
+            f"{head}spec.trialTemplate.configMap: --trial-arg and --volume change the trialSpec, "
+            f"but Katib reads this template from ConfigMap {cm.get('configMapNamespace')}/"
+            f"{cm.get('configMapName')}: edit it there, or give the template as trialSpec")
+    container, pods = primary_container(exp, template["trialSpec"])
+    if trial_args:
+        _set_trial_args(container, trial_args, head)
+    for name, claim in claims.items():
+        found = [v for pod in pods for v in pod.get("volumes") or [] if v.get("name") == name]
+        if not found:
+            have = sorted({v.get("name") for pod in pods for v in pod.get("volumes") or []})
+            raise ClusterError(f"{head}--volume {name}={claim}: spec.trialTemplate.trialSpec has "
+                               f"no volume {name!r} (its volumes: {', '.join(have) or 'none'})")
+        for volume in found:
+            volume.clear()
+            volume.update(name=name, persistentVolumeClaim={"claimName": claim})
+    try:
+        return parse_experiment(body, exp.source)
+    except SpecError as e:
+        changed = " ".join([*(f"--trial-arg {a}" for a in trial_args),
+                            *(f"--volume {k}={v}" for k, v in claims.items())])
+        raise ClusterError(f"with {changed}: {e}") from None
+
+
+def _set_trial_args(container: dict, trial_args: list[str], head: str) -> None:
+    """--trial-arg NAME=VALUE in the container's command + args (as a local trial's argv)."""
+    command = [str(a) for a in container.get("command") or []]
+    args = [str(a) for a in container.get("args") or []]
+    if not command and not args:
+        raise ClusterError(f"{head}spec.trialTemplate.trialSpec container "
+                           f"{container.get('name')!r}: no command or args for --trial-arg")
+    argv = override_args(command + args, trial_args)
+    if command:
+        container["command"] = argv[:len(command)]
+    if args or len(argv) > len(command):
+        container["args"] = argv[len(command):]
+
+
+# ---- reading Trials ----------------------------------------------------------------------------
+def _observation(status: dict) -> dict[str, dict[str, float]]:
+    """status.observation.metrics -> {metric: {min, max, latest}} (unavailable values left out)."""
+    out: dict[str, dict[str, float]] = {}
+    for m in (status.get("observation") or {}).get("metrics") or []:
+        values = {}
+        for key in ("min", "max", "latest"):
+            with contextlib.suppress(TypeError, ValueError):
+                if m.get(key) not in (None, UNAVAILABLE):
+                    values[key] = float(m[key])
+        if "latest" in values:
+            out[m["name"]] = values
+    return out
+
+
+def trial_status(conditions: list[dict] | None) -> tuple[str, str]:
+    """(status, its condition's message) as Katib's controller classifies a Trial."""
+    true = {c.get("type"): c for c in conditions or [] if c.get("status") == "True"}
+    for status in TRIAL_STATUSES:
+        if status in true:
+            return status, str(true[status].get("message") or "")
+    return "Created", ""
+
+
+def trial_record(obj: dict, index: int) -> TrialRecord:
+    """A Katib Trial as the record the result writers read."""
+    status = obj.get("status") or {}
+    state, message = trial_status(status.get("conditions"))
+    return TrialRecord(
+        name=obj["metadata"]["name"], index=index,
+        parameters={a["name"]: a["value"]
+                    for a in (obj.get("spec") or {}).get("parameterAssignments") or []},
+        status=state, created=obj["metadata"].get("creationTimestamp") or "",
+        started=status.get("startTime"), finished=status.get("completionTime"),
+        message=message, observation=_observation(status),
+    )
+
+
+def trial_records(items: list[dict]) -> list[TrialRecord]:
+    """The Experiment's Trials in creation order."""
+    items = sorted(items, key=lambda t: (t["metadata"].get("creationTimestamp") or "",
+                                         t["metadata"]["name"]))
+    return [trial_record(t, i) for i, t in enumerate(items)]
 
 
 def optimal_from_status(exp: Experiment, obj: dict) -> dict[str, Any] | None:
     """status.currentOptimalTrial as optimal.json (metrics after their metricStrategy)."""
     cur = (obj.get("status") or {}).get("currentOptimalTrial") or {}
-    name = cur.get("bestTrialName")
-    if not name:
+    if not cur.get("bestTrialName"):
         return None
-    params = {}
-    for a in cur.get("parameterAssignments") or []:
-        try:
-            p = exp.parameter(a["name"])
-            params[a["name"]] = p.snap(a["value"]) if p.numeric else a["value"]
-        except StopIteration:
-            params[a["name"]] = a["value"]
-    metrics = {}
-    for m in (cur.get("observation") or {}).get("metrics") or []:
-        key = exp.objective.strategies.get(m["name"], "latest")
-        try:
-            metrics[m["name"]] = float(m.get(key, m.get("latest")))
-        except (TypeError, ValueError):
-            continue
-    return {"trial": name, "parameters": params, "metrics": metrics}
+    rec = trial_record({"metadata": {"name": cur["bestTrialName"]},
+                        "spec": {"parameterAssignments": cur.get("parameterAssignments")},
+                        "status": {"observation": cur.get("observation")}}, 0)
+    return optimal_entry(exp, rec)
 
 
-def run_on_cluster(exp: Experiment, state_dir: Path, namespace: str | None, timeout: float,
-                   poll: float, dry_run: bool, echo: Callable[[str], None] = print) -> dict:
-    """Create the Experiment (server-side dry run with --dry-run) and wait for its end."""
-    api = custom_objects_api()
-    ns = namespace or exp.namespace
-    body = json.loads(json.dumps(exp.raw))
-    body.setdefault("metadata", {})["namespace"] = ns
-    try:
-        api.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body,
-                                            dry_run="All" if dry_run else None)
-    except Exception as e:
-        if getattr(e, "status", None) == 409:
-            raise ClusterError(f"experiment {ns}/{exp.name} already exists: delete it or change "
-                               f"metadata.name") from e
-        raise ClusterError(f"creating experiment {ns}/{exp.name}: {_api_message(e)}") from e
-    if dry_run:
-        echo(f"experiment {ns}/{exp.name}: accepted by the API server (dry run)")
-        return {}
-    echo(f"experiment {ns}/{exp.name} created; waiting for Succeeded or Failed")
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        obj = api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, exp.name)
-        st = obj.get("status") or {}
-        progress = tuple(st.get(k, 0) for k in ("trialsSucceeded", "trialsRunning", "trialsFailed",
-                                                 "trialsEarlyStopped"))
-        if progress != last:
-            echo("trials: succeeded={} running={} failed={} early-stopped={}".format(*progress))
-            last = progress
-        cond = finished_condition(st.get("conditions"), "Experiment")
-        if cond:
-            break
-        if time.monotonic() > deadline:
-            raise ClusterError(f"experiment {ns}/{exp.name}: not finished after {timeout:.0f} s")
-        time.sleep(poll)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    (state_dir / "experiment.json").write_text(json.dumps(obj, indent=1, default=str))
+def progress_line(exp: Experiment, obj: dict) -> str:
+    """`trials: running=.. succeeded=.. ...; best so far: TRIAL METRIC=VALUE`."""
+    st = obj.get("status") or {}
+    parts = [f"{label}={int(st.get(key) or 0)}" for label, key in COUNTERS]
+    parts += [f"{label}={st[key]}" for label, key in OPTIONAL_COUNTERS if st.get(key)]
+    line = "trials: " + " ".join(parts)
     best = optimal_from_status(exp, obj)
-    if best:
-        (state_dir / "optimal.json").write_text(
-            json.dumps({**best, "experiment": exp.name, "condition": cond.get("reason")}, indent=1)
-        )
-    return {"condition": cond, "optimal": best}
+    value = (best or {}).get("metrics", {}).get(exp.objective.metric)
+    if value is not None:
+        line += f"; best so far: {best['trial']} {exp.objective.metric}={value:.6g}"
+    return line
+
+
+# ---- following the Experiment ------------------------------------------------------------------
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While inside, SIGTERM raises _Terminated in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the deletion must not be cut short
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class ClusterSweep:
+    """One Experiment on the cluster: created, followed, results written, deleted if stopped."""
+
+    def __init__(self, exp: Experiment, state_dir: Path, timeout: float, poll: float,
+                 echo: Callable[[str], None] = print, api_client=None):
+        self.exp, self.ns, self.name = exp, exp.namespace, exp.name
+        self.state_dir, self.timeout, self.poll, self.echo = state_dir, timeout, poll, echo
+        self.api = custom_objects_api(api_client)
+        self.shown: dict[str, str] = {}  # trial -> the ended status already reported
+        self.deadline = time.monotonic() + timeout
+
+    @property
+    def where(self) -> str:
+        return f"experiment {self.ns}/{self.name}"
+
+    def create(self, dry_run: bool) -> None:
+        try:
+            self.api.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL,
+                                                     self.exp.raw,
+                                                     dry_run="All" if dry_run else None)
+        except Exception as e:
+            if getattr(e, "status", None) == 409:
+                raise ClusterError(f"{self.where} already exists: delete it or change "
+                                   f"metadata.name") from e
+            raise ClusterError(f"creating {self.where}: {_api_message(e)}") from e
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """An API read; 429/5xx and connection errors are retried until the deadline."""
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                from urllib3.exceptions import HTTPError  # connection errors
+
+                transient = (getattr(e, "status", None) in TRANSIENT_STATUS
+                             or isinstance(e, HTTPError))
+                if not transient or time.monotonic() > self.deadline:
+                    raise ClusterError(f"{self.where}: reading it: {_api_message(e)}") from e
+                time.sleep(self.poll)
+
+    def read(self) -> tuple[dict, list[TrialRecord]]:
+        obj = self._call(self.api.get_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL,
+                         self.name)
+        items = self._call(self.api.list_namespaced_custom_object, GROUP, VERSION, self.ns,
+                           TRIALS, label_selector=f"{EXPERIMENT_LABEL}={self.name}")["items"]
+        return obj, trial_records(items)
+
+    def report(self, obj: dict, trials: list[TrialRecord], last: str | None) -> str:
+        """Lines for trials that ended since the last look and for changed counters."""
+        for rec in trials:
+            if rec.status in COMPLETED and self.shown.get(rec.name) != rec.status:
+                self.shown[rec.name] = rec.status
+                self.echo(trial_line(self.exp, rec))
+        line = progress_line(self.exp, obj)
+        if line != last:
+            self.echo(line)
+        return line
+
+    def follow(self) -> tuple[dict, list[TrialRecord], dict]:
+        """Wait for Succeeded or Failed; returns the Experiment, its Trials and that condition."""
+        last = None
+        while True:
+            obj, trials = self.read()
+            last = self.report(obj, trials, last)
+            cond = finished_condition((obj.get("status") or {}).get("conditions"), "Experiment")
+            if cond:
+                return obj, trials, cond
+            if time.monotonic() > self.deadline:
+                raise TimeoutError
+            time.sleep(self.poll)
+
+    def delete(self) -> None:
+        from kubernetes import client
+
+        try:
+            self.api.delete_namespaced_custom_object(
+                GROUP, VERSION, self.ns, PLURAL, self.name,
+                body=client.V1DeleteOptions(propagation_policy="Background"))
+        except Exception as e:
+            if getattr(e, "status", None) != 404:
+                raise ClusterError(f"deleting {self.where}: {_api_message(e)}") from e
+
+    def run(self) -> tuple[dict, list[TrialRecord], dict]:
+        """Follow the created Experiment; delete it when stopped or timed out."""
+        with _sigterm_raises():
+            try:
+                return self.follow()
+            except (_Terminated, KeyboardInterrupt, TimeoutError) as e:
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # deleting: not cut short
+                why = {_Terminated: "stopped by SIGTERM", KeyboardInterrupt: "interrupted",
+                       TimeoutError: f"not finished after {self.timeout:.0f} s"}[type(e)]
+                self.delete()
+                line = f"{why}: deleted {self.where} and its trials"
+                if isinstance(e, KeyboardInterrupt):
+                    self.echo(line)
+                    raise
+                raise ExperimentStopped(line) from None
+
+    def suggestion_failure(self) -> str:
+        """The Failed condition's message of the Experiment's Suggestion (same name), if any."""
+        try:
+            sug = self.api.get_namespaced_custom_object(GROUP, VERSION, self.ns, SUGGESTIONS,
+                                                        self.name)
+        except Exception as e:
+            return f"(suggestion {self.name} not readable: {_api_message(e)})"
+        for c in (sug.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Failed" and c.get("status") == "True":
+                return str(c.get("message") or c.get("reason") or "")
+        return ""
+
+    def write(self, obj: dict, trials: list[TrialRecord]) -> dict[str, Any]:
+        """experiment.json and the results; Katib's "Suggestion has failed" gets the
+        Suggestion's own reason."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "experiment.json").write_text(json.dumps(obj, indent=1, default=str))
+        conditions = copy.deepcopy((obj.get("status") or {}).get("conditions") or [])
+        for c in conditions:
+            if (c.get("type") == "Failed" and c.get("status") == "True"
+                    and c.get("message") == SUGGESTION_FAILED):
+                c["message"] = f"{SUGGESTION_FAILED}: {self.suggestion_failure()}"
+        return write_results(self.exp, self.state_dir, trials, conditions,
+                             optimal_from_status(self.exp, obj),
+                             where=f"on the cluster, namespace {self.ns}")
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """The results folder must not hold a local sweep (its results would be replaced)."""
+    if (state_dir / STATE_FILE).exists():
+        raise ClusterError(f"{state_dir}: holds a local sweep ({STATE_FILE}); its results would "
+                           "be replaced: pick another --state for --cluster")
+
+
+def run_on_cluster(exp: Experiment, state_dir: Path, timeout: float, poll: float,
+                   dry_run: bool, echo: Callable[[str], None] = print,
+                   api_client=None) -> dict[str, Any]:
+    """Create the Experiment (server-side dry run with --dry-run), follow it to its end and
+    write its results; returns the results summary ({} for a dry run)."""
+    if not dry_run:
+        check_state_dir(state_dir)
+    sweep = ClusterSweep(exp, state_dir, timeout, poll, echo, api_client)
+    sweep.create(dry_run)
+    if dry_run:
+        echo(f"{sweep.where}: accepted by the API server (dry run)")
+        return {}
+    echo(f"{sweep.where} created ({exp.algorithm}, {exp.parallel_trial_count} in parallel, "
+         f"up to {exp.max_trial_count} trials); waiting for Succeeded or Failed")
+    obj, trials, _ = sweep.run()
+    return sweep.write(obj, trials)

@@ -117,17 +117,27 @@ def observation(logs: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     }
 
 
-def metric_values(objective: Objective, logs: dict[str, list[float]]) -> dict[str, float]:
-    """Each metric's value after its metricStrategy (min | max | latest)."""
-    obs = observation(logs)
-    return {name: obs[name][objective.strategies.get(name, "latest")] for name in obs}
+def trial_observation(rec: TrialRecord) -> dict[str, dict[str, float]]:
+    """The trial's observation: Katib's (a cluster trial), else from its metric logs."""
+    return rec.observation if rec.observation is not None else observation(rec.logs)
+
+
+def metric_values(objective: Objective, rec: TrialRecord) -> dict[str, float]:
+    """Each metric's value after its metricStrategy (min | max | latest; latest when the
+    strategy's value is unavailable, as Katib's controller reads it)."""
+    out = {}
+    for name, obs in trial_observation(rec).items():
+        value = obs.get(objective.strategies.get(name, "latest"), obs.get("latest"))
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def objective_value(exp: Experiment, rec: TrialRecord) -> float | None:
     """The trial's objective after its metricStrategy, when it has a usable result."""
     if rec.status not in ("Succeeded", "EarlyStopped"):
         return None
-    return metric_values(exp.objective, rec.logs).get(exp.objective.metric)
+    return metric_values(exp.objective, rec).get(exp.objective.metric)
 
 
 def optimal_trial(exp: Experiment, trials: list[TrialRecord]) -> TrialRecord | None:

@@ -1,8 +1,9 @@
 """A sweep's results: table (stdout, CSV, HTML), results.json, optimal.json, objective.png.
 
+The same writers serve a local sweep (its state) and a cluster's Experiment (its Trials).
 optimal.json is what the tune-then-train pipeline reads:
 `{"trial": NAME, "parameters": {name: value}, "metrics": {name: value}}` (metrics after their
-metricStrategy), plus the experiment's final condition.
+metricStrategy), plus the experiment's final condition. `load_results` reads results.json back.
 """
 
 from __future__ import annotations
@@ -13,17 +14,21 @@ import json
 from pathlib import Path
 from typing import Any
 
+from chexflow.errors import ChexflowError
 from chexflow.katib.experiment import Experiment
-from chexflow.katib.metrics import metric_values, objective_value, optimal_trial
-from chexflow.katib.state import SweepState
+from chexflow.katib.metrics import metric_values, objective_value, optimal_trial, trial_observation
+from chexflow.katib.state import TrialRecord
+from chexflow.kube import finished_condition
+
+RESULTS_FILE = "results.json"
 
 
-def rows(exp: Experiment, state: SweepState) -> list[dict[str, Any]]:
+def rows(exp: Experiment, trials: list[TrialRecord]) -> list[dict[str, Any]]:
     out = []
-    for t in state.trials:
+    for t in trials:
         row: dict[str, Any] = {"trial": t.name, "status": t.status}
         row.update({p.name: p.typed(t.parameters[p.name]) for p in exp.parameters})
-        values = metric_values(exp.objective, t.logs)
+        values = metric_values(exp.objective, t)
         row.update({m: values.get(m) for m in exp.objective.metric_names})
         row["restarts"] = t.restarts
         row["message"] = t.message
@@ -31,15 +36,24 @@ def rows(exp: Experiment, state: SweepState) -> list[dict[str, Any]]:
     return out
 
 
-def optimal(exp: Experiment, state: SweepState) -> dict[str, Any] | None:
-    best = optimal_trial(exp, state.trials)
-    if best is None:
-        return None
+def optimal_entry(exp: Experiment, rec: TrialRecord) -> dict[str, Any]:
+    """optimal.json's body for this trial."""
     return {
-        "trial": best.name,
-        "parameters": {p.name: p.typed(best.parameters[p.name]) for p in exp.parameters},
-        "metrics": metric_values(exp.objective, best.logs),
+        "trial": rec.name,
+        "parameters": {p.name: p.typed(rec.parameters[p.name]) for p in exp.parameters},
+        "metrics": metric_values(exp.objective, rec),
     }
+
+
+def trial_line(exp: Experiment, rec: TrialRecord) -> str:
+    """One line for a trial that ended: status, assignment, metrics, and why it did not
+    succeed."""
+    params = " ".join(f"{k}={v}" for k, v in rec.parameters.items())
+    shown = " ".join(f"{k}={v:.6g}" for k, v in metric_values(exp.objective, rec).items())
+    line = f"trial {rec.name} {rec.status}: {params}" + (f" -> {shown}" if shown else "")
+    if rec.status in ("Failed", "MetricsUnavailable", "EarlyStopped", "Killed") and rec.message:
+        line += f" ({rec.message})"
+    return line
 
 
 def _fmt(v: Any) -> str:
@@ -61,7 +75,7 @@ def table_text(table: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot_objective(exp: Experiment, state: SweepState, path: Path) -> None:
+def plot_objective(exp: Experiment, trials: list[TrialRecord], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,10 +86,10 @@ def plot_objective(exp: Experiment, state: SweepState, path: Path) -> None:
     colors = {"Succeeded": "tab:blue", "EarlyStopped": "tab:orange"}
     best, best_line = None, []
     for status, color in colors.items():
-        pts = [(t.index + 1, objective_value(exp, t)) for t in state.trials if t.status == status]
+        pts = [(t.index + 1, objective_value(exp, t)) for t in trials if t.status == status]
         if pts:
             ax.scatter(*zip(*pts, strict=True), c=color, label=status, zorder=3)
-    for t in state.trials:
+    for t in trials:
         v = objective_value(exp, t)
         if v is not None and (best is None or obj.better(v, best)):
             best = v
@@ -84,7 +98,7 @@ def plot_objective(exp: Experiment, state: SweepState, path: Path) -> None:
     if xs:
         ax.step(xs, [y for _, y in best_line if y is not None], where="post", c="tab:green",
                 label=f"best so far ({obj.type})")
-    failed = [t.index + 1 for t in state.trials
+    failed = [t.index + 1 for t in trials
               if t.status in ("Failed", "MetricsUnavailable", "Killed")]
     if failed:
         for x in failed:
@@ -102,28 +116,34 @@ def plot_objective(exp: Experiment, state: SweepState, path: Path) -> None:
     plt.close(fig)
 
 
-def write_results(exp: Experiment, state: SweepState) -> dict[str, Any]:
-    """Write results.{json,csv,html}, optimal.json and objective.png into the state folder."""
-    d = state.directory
-    table = rows(exp, state)
-    best = optimal(exp, state)
-    cond = state.finished_condition
+def write_results(exp: Experiment, directory: Path, trials: list[TrialRecord],
+                  conditions: list[dict], best: dict[str, Any] | None = None,
+                  where: str = "run locally") -> dict[str, Any]:
+    """Write results.{json,csv,html}, optimal.json and objective.png into `directory`.
+    `best`: the optimal trial as the controller chose it (a cluster's currentOptimalTrial);
+    None: chosen from `trials` as Katib does."""
+    table = rows(exp, trials)
+    if best is None and (rec := optimal_trial(exp, trials)) is not None:
+        best = optimal_entry(exp, rec)
+    cond = finished_condition(conditions, "Experiment")
     summary = {
         "experiment": exp.name,
         "algorithm": exp.algorithm,
+        "where": where,
         "objective": {"type": exp.objective.type, "metric": exp.objective.metric,
                       "goal": exp.objective.goal, "strategies": exp.objective.strategies},
         "condition": cond,
-        "conditions": state.conditions,
-        "counts": {s: sum(t.status == s for t in state.trials) for s in
+        "conditions": conditions,
+        "counts": {s: sum(t.status == s for t in trials) for s in
                    ("Succeeded", "Failed", "MetricsUnavailable", "EarlyStopped", "Killed",
                     "Running", "Created")},
         "optimal": best,
-        "trials": [{**r, "metric_logs": t.logs, "started": t.started, "finished": t.finished}
-                   for r, t in zip(table, state.trials, strict=True)],
+        "trials": [{**r, "observation": trial_observation(t), "metric_logs": t.logs,
+                    "started": t.started, "finished": t.finished}
+                   for r, t in zip(table, trials, strict=True)],
     }
-    (d / "results.json").write_text(json.dumps(summary, indent=1, default=str))
-    with open(d / "results.csv", "w", newline="") as f:
+    (directory / RESULTS_FILE).write_text(json.dumps(summary, indent=1, default=str))
+    with open(directory / "results.csv", "w", newline="") as f:
         if table:
             w = csv.DictWriter(f, fieldnames=list(table[0]))
             w.writeheader()
@@ -131,13 +151,28 @@ def write_results(exp: Experiment, state: SweepState) -> dict[str, Any]:
     if best is not None:
         opt = {**best, "experiment": exp.name,
                "condition": (cond or {}).get("reason")}
-        (d / "optimal.json").write_text(json.dumps(opt, indent=1))
-    plot_objective(exp, state, d / "objective.png")
-    (d / "results.html").write_text(_html(exp, table, best, cond))
+        (directory / "optimal.json").write_text(json.dumps(opt, indent=1))
+    plot_objective(exp, trials, directory / "objective.png")
+    (directory / "results.html").write_text(_html(exp, table, best, cond, where))
     return summary
 
 
-def _html(exp: Experiment, table: list[dict], best: dict | None, cond: dict | None) -> str:
+def load_results(directory: Path) -> dict[str, Any]:
+    """results.json of a sweep (local or cluster) as `write_results` wrote it."""
+    path = Path(directory) / RESULTS_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise ChexflowError(f"{path}: no such file (the sweep wrote no results)") from e
+    except json.JSONDecodeError as e:
+        raise ChexflowError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("trials"), list):
+        raise ChexflowError(f"{path}: expected an object with a 'trials' list")
+    return data
+
+
+def _html(exp: Experiment, table: list[dict], best: dict | None, cond: dict | None,
+          where: str) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(c)}</th>" for c in (table[0] if table else []))
     body = "".join(
@@ -149,7 +184,7 @@ def _html(exp: Experiment, table: list[dict], best: dict | None, cond: dict | No
         f"<!doctype html><html><head><meta charset='utf-8'><title>{esc(exp.name)}</title>"
         "<style>body{font-family:sans-serif}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}</style></head><body>"
-        f"<h1>Katib experiment {esc(exp.name)} ({esc(exp.algorithm)}, run locally)</h1>"
+        f"<h1>Katib experiment {esc(exp.name)} ({esc(exp.algorithm)}, {esc(where)})</h1>"
         f"<p>{esc(status)}</p><h2>Optimal trial</h2><pre>{opt}</pre>"
         "<img src='objective.png' alt='objective per trial'>"
         f"<h2>Trials</h2><table><tr>{head}</tr>{body}</table></body></html>"

@@ -39,13 +39,13 @@ from chexflow.katib.experiment import Experiment
 from chexflow.katib.metrics import (
     CollectorError,
     TextParser,
-    metric_values,
     objective_value,
     optimal_trial,
     parse_json_line,
     read_metrics_file,
     read_tfevents,
 )
+from chexflow.katib.results import trial_line
 from chexflow.katib.spec import SpecError
 from chexflow.katib.state import (
     COMPLETED,
@@ -394,12 +394,7 @@ class LocalRunner:
         return None
 
     def _report(self, rec: TrialRecord) -> None:
-        params = " ".join(f"{k}={v}" for k, v in rec.parameters.items())
-        metrics = metric_values(self.exp.objective, rec.logs)
-        shown = " ".join(f"{k}={v:.6g}" for k, v in metrics.items())
-        line = f"trial {rec.name} {rec.status}: {params}" + (f" -> {shown}" if shown else "")
-        if rec.status in ("Failed", "MetricsUnavailable", "EarlyStopped"):
-            line += f" ({rec.message})"
+        line = trial_line(self.exp, rec)
         if self.bar is not None:
             self.bar.update(1)
             self.bar.write(line)

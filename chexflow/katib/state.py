@@ -52,6 +52,9 @@ class TrialRecord:
     rule: dict | None = None
     optuna_attrs: dict[str, Any] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
+    # Katib's status.observation ({metric: {min, max, latest}}) for a trial read from a cluster,
+    # where the metric logs stay in Katib's database; None: computed from `logs`.
+    observation: dict[str, dict[str, float]] | None = None
 
     @property
     def active(self) -> bool:

@@ -1,0 +1,208 @@
+"""`chexflow tune --cluster` without a cluster: what it sends (--set, --trial-arg, --volume
+NAME=PVC, or a one-line refusal) and how it reads Katib's Trial and Experiment objects into the
+local runner's results. The objects here are shaped as Katib v0.19.0's controller writes them
+(trial_controller_util.go, experiment status_util.go); tests/cluster/test_cluster_tune.py does
+the same against the apiserver with Katib's CRDs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from chexflow.errors import ChexflowError
+from chexflow.katib.kubernetes import (
+    ClusterError,
+    cluster_experiment,
+    optimal_from_status,
+    parse_claims,
+    progress_line,
+    trial_records,
+)
+from chexflow.katib.results import load_results, write_results
+from chexflow.katib.spec import load_experiment
+from chexflow.katib.trialspec import local_command, render_trial_spec
+from tests.conftest import run_chexflow
+
+SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"
+TRIAL_ARGS = ["epochs=1", "image-size=64", "weights=none", "steps-per-epoch=2",
+              "data=/srv/r1/data"]  # outside the volume: the same path locally
+
+
+def pod_specs(exp) -> dict[str, dict]:
+    replicas = exp.raw["spec"]["trialTemplate"]["trialSpec"]["spec"]["mpiReplicaSpecs"]
+    return {role: r["template"]["spec"] for role, r in replicas.items()}
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_cluster_sets_trial_args_in_the_trialspec_as_a_local_trial_gets_them(tmp_path):
+    exp = load_experiment(SPEC, ["spec.maxTrialCount=3"])
+    sent = cluster_experiment(exp, "team-a", TRIAL_ARGS, {})
+    assert sent.raw["metadata"]["namespace"] == "team-a" and sent.namespace == "team-a"
+    assert sent.raw["spec"]["maxTrialCount"] == 3  # --set
+    launcher = pod_specs(sent)["Launcher"]["containers"][0]
+    assert launcher["command"] == ["mpirun"]
+    cluster_argv = launcher["command"] + launcher["args"]
+    params = {"lr": 0.001, "batch-size": "16", "optimizer": "adam", "weight-decay": 1e-5}
+    local_argv, _ = local_command(exp, render_trial_spec(exp, "t1", params), {}, tmp_path,
+                                  TRIAL_ARGS)
+    for name in ("--epochs", "--image-size", "--weights", "--steps-per-epoch", "--data"):
+        assert flag(cluster_argv, name) == flag(local_argv, name), name
+    assert flag(cluster_argv, "--epochs") == "1" and flag(cluster_argv, "--weights") == "none"
+    # the trial's parameters are still Katib's to substitute
+    assert flag(cluster_argv, "--lr") == "${trialParameters.learningRate}"
+    assert exp.raw["spec"]["trialTemplate"] != sent.raw["spec"]["trialTemplate"]  # a copy
+
+
+def test_cluster_volume_is_the_claim_in_every_trial_pod():
+    sent = cluster_experiment(load_experiment(SPEC), None, [], parse_claims(["data=run-7-data"]))
+    for role, pod in pod_specs(sent).items():
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["data"] == {"name": "data",
+                                   "persistentVolumeClaim": {"claimName": "run-7-data"}}, role
+        assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert sent.namespace == "kubeflow"  # the spec's
+
+
+@pytest.mark.parametrize("trial_args, claims, message", [
+    ([], ["data=/srv/data"], "--volume data=/srv/data: '/srv/data' is not a "
+                             "PersistentVolumeClaim name"),
+    ([], ["data"], "--volume 'data': expected NAME=PVC with --cluster"),
+    ([], ["scratch=x"], "--volume scratch=x: spec.trialTemplate.trialSpec has no volume "
+                        "'scratch' (its volumes: data, dshm)"),
+    (["epochs"], [], "--trial-arg 'epochs': expected NAME=VALUE"),
+    (["lr=0.1"], [], f"with --trial-arg lr=0.1: {SPEC}: spec.trialTemplate.trialParameters[0]"
+                     ".name: parameter name: learningRate in spec.trialParameters not found in "
+                     "spec.trialTemplate"),  # Katib's rule: the trialParameter is now unused
+])
+def test_cluster_refuses_what_it_cannot_apply_in_one_line(trial_args, claims, message):
+    with pytest.raises(ChexflowError) as err:
+        cluster_experiment(load_experiment(SPEC), None, trial_args, parse_claims(claims))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_cluster_refuses_trial_args_for_a_configmap_template(tmp_path):
+    doc = SPEC.read_text().replace("    trialSpec:\n", "    configMap:\n      configMapName: "
+                                   "tpl\n      configMapNamespace: kubeflow\n      templatePath:"
+                                   " mpijob.yaml\n    unusedTrialSpec:\n", 1)
+    path = tmp_path / "cm.yaml"
+    path.write_text(doc)
+    exp = load_experiment(path)
+    with pytest.raises(ClusterError, match=r"spec.trialTemplate.configMap: --trial-arg and "
+                       r"--volume change the trialSpec, but Katib reads this template from "
+                       r"ConfigMap kubeflow/tpl"):
+        cluster_experiment(exp, None, ["epochs=1"], {})
+    assert cluster_experiment(exp, None, [], {}).raw["spec"]["trialTemplate"]["configMap"]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--trial-command", "echo val_auroc=0.5"],
+     "chexflow tune: error: --trial-command: runs trials as local shell commands; on a cluster "
+     "Katib runs the trialSpec (change its command with --trial-arg)"),
+    (["--volume", "data=/srv/data"],
+     "chexflow tune: error: --volume data=/srv/data: '/srv/data' is not a PersistentVolumeClaim "
+     "name (lower case letters, digits, '-' and '.'); with --cluster a volume is a claim, not a "
+     "folder"),
+])
+def test_tune_cluster_cli_refuses_options_it_cannot_apply(args, line, tmp_path):
+    """Refused before any cluster is contacted (KUBECONFIG points nowhere)."""
+    proc = run_chexflow("tune", SPEC, "--cluster", *args, check=False,
+                        env={"KUBECONFIG": str(tmp_path / "none")})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [line]
+
+
+def katib_trial(name: str, created: str, params: dict[str, str], conditions: list[tuple],
+                metrics: dict[str, tuple[str, str, str]] | None = None) -> dict:
+    """A Trial as Katib's controllers leave it: labels, assignments, conditions, observation."""
+    status: dict = {"startTime": created, "conditions": [
+        {"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions]}
+    if metrics is not None:
+        status["observation"] = {"metrics": [
+            {"name": k, "min": lo, "max": hi, "latest": last}
+            for k, (lo, hi, last) in metrics.items()]}
+    return {"metadata": {"name": name, "creationTimestamp": created,
+                         "labels": {"katib.kubeflow.org/experiment": "chexnet-random"}},
+            "spec": {"parameterAssignments": [{"name": k, "value": v}
+                                              for k, v in params.items()]},
+            "status": status}
+
+
+CREATED = ("Created", "True", "TrialCreated", "Trial is created")
+RUN_DONE = ("Running", "False", "TrialRunning", "Trial is running")
+PARAMS = [{"lr": "0.0003", "batch-size": "16", "optimizer": "adam", "weight-decay": "2e-05"},
+          {"lr": "0.002", "batch-size": "8", "optimizer": "sgd", "weight-decay": "1e-06"},
+          {"lr": "0.0001", "batch-size": "32", "optimizer": "adam", "weight-decay": "1e-04"}]
+
+
+def katib_trials() -> list[dict]:
+    return [
+        # listed out of creation order, as a list call may return them
+        katib_trial("chexnet-random-b", "2026-11-23T10:02:00Z", PARAMS[1], [
+            CREATED, RUN_DONE, ("Failed", "True", "TrialFailed. Job reason: MPIJobFailed",
+                                "Trial has failed. Job message: launcher exited 2")]),
+        katib_trial("chexnet-random-a", "2026-11-23T10:01:00Z", PARAMS[0], [
+            CREATED, RUN_DONE, ("Succeeded", "True", "TrialSucceeded", "Trial has succeeded")],
+            {"val_auroc": ("0.61", "0.83", "0.8"), "images_per_sec": ("90", "120", "110.5"),
+             "val_loss": ("0.15", "0.3", "0.16")}),
+        katib_trial("chexnet-random-c", "2026-11-23T10:03:00Z", PARAMS[2], [
+            CREATED, RUN_DONE, ("MetricsUnavailable", "True", "MetricsUnavailable",
+                                "Metrics are not available")],
+            {"val_auroc": ("unavailable", "unavailable", "unavailable")}),
+    ]
+
+
+def test_katib_trials_read_as_katib_counts_them():
+    recs = trial_records(katib_trials())
+    assert [(r.name, r.index, r.status) for r in recs] == [
+        ("chexnet-random-a", 0, "Succeeded"), ("chexnet-random-b", 1, "Failed"),
+        ("chexnet-random-c", 2, "MetricsUnavailable")]
+    assert recs[1].message == "Trial has failed. Job message: launcher exited 2"
+    assert recs[0].observation["val_auroc"] == {"min": 0.61, "max": 0.83, "latest": 0.8}
+    assert recs[2].observation == {}  # "unavailable" is no value
+
+
+def experiment_status(best: str, params: dict[str, str]) -> dict:
+    return {"status": {
+        "conditions": [{"type": "Succeeded", "status": "True",
+                        "reason": "ExperimentMaxTrialsReached",
+                        "message": "Experiment has succeeded because max trial count has "
+                                   "reached"}],
+        "trialsSucceeded": 1, "trialsFailed": 1, "trialMetricsUnavailable": 1,
+        "currentOptimalTrial": {
+            "bestTrialName": best,
+            "parameterAssignments": [{"name": k, "value": v} for k, v in params.items()],
+            "observation": {"metrics": [
+                {"name": "val_auroc", "min": "0.61", "max": "0.83", "latest": "0.8"},
+                {"name": "images_per_sec", "min": "90", "max": "120", "latest": "110.5"},
+                {"name": "val_loss", "min": "0.15", "max": "0.3", "latest": "0.16"}]}}}}
+
+
+def test_cluster_results_are_written_by_the_local_writers(tmp_path):
+    exp = load_experiment(SPEC)
+    obj = experiment_status("chexnet-random-a", PARAMS[0])
+    assert progress_line(exp, obj) == (
+        "trials: running=0 succeeded=1 failed=1 early-stopped=0 metrics-unavailable=1; "
+        "best so far: chexnet-random-a val_auroc=0.83")
+    best = optimal_from_status(exp, obj)
+    assert best == {"trial": "chexnet-random-a",
+                    "parameters": {"lr": 0.0003, "batch-size": 16, "optimizer": "adam",
+                                   "weight-decay": 2e-05},
+                    "metrics": {"val_auroc": 0.83, "images_per_sec": 110.5, "val_loss": 0.15}}
+    write_results(exp, tmp_path, trial_records(katib_trials()), obj["status"]["conditions"],
+                  best, where="on the cluster, namespace kubeflow")
+    for name in ("results.json", "results.csv", "results.html", "objective.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    results = load_results(tmp_path)
+    assert results["counts"]["Failed"] == results["counts"]["MetricsUnavailable"] == 1
+    assert [t["status"] for t in results["trials"]] == ["Succeeded", "Failed",
+                                                        "MetricsUnavailable"]
+    assert results["trials"][0]["val_auroc"] == 0.83 and results["trials"][2]["val_auroc"] is None
+    assert json.loads((tmp_path / "optimal.json").read_text()) == {
+        **best, "experiment": "chexnet-random", "condition": "ExperimentMaxTrialsReached"}
+    assert "on the cluster, namespace kubeflow" in (tmp_path / "results.html").read_text()
