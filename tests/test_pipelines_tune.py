@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chexflow.components.steps import StepError, Target, apply_hparams, tune_step
+from chexflow.components.steps import (
+    StepError,
+    Target,
+    apply_hparams,
+    tune_job,
+    tune_step,
+    tune_trial_metrics,
+)
+from chexflow.katib.results import load_results
 from chexflow.train.options import TrainOptions
 from tests.conftest import run_chexflow
 
@@ -63,6 +71,45 @@ def test_tune_step_runs_the_sweep_and_feeds_training(tmp_path):
     assert argv[argv.index("--lr") + 1] == str(float(optimal["parameters"]["lr"]))
     assert argv[argv.index("--batch-size") + 1] == str(int(optimal["parameters"]["batch-size"]))
     assert "[tune-run-1]" in out.getvalue()
+    # every trial's metrics for the pipeline, read back from results.json
+    logged = tune_trial_metrics(Target(workdir=str(tmp_path / "work"), run_id="run-1"))
+    names = [t["trial"] for t in load_results(state)["trials"]]
+    assert logged == {
+        **{f"trial{n}": f"{name} Succeeded" for n, name in enumerate(names, 1)},
+        **{f"trial{n}_{m}": pytest.approx(v) for n in (1, 2) for m, v in
+           (("val_auroc", 0.71), ("images_per_sec", 12.0), ("val_loss", 0.4))}}
+
+
+def test_tune_job_on_a_cluster_runs_as_the_tune_account_with_the_runs_pvc_as_the_trials_data():
+    """The tune step's Job on kubernetes: service account chexflow-tune (katib/rbac.yaml), the
+    trialSpec volume `data` becomes the run's PVC, and the preprocess output is named as the
+    trial pods see it (the spec mounts `data` at /mnt/chexflow; the steps here see the PVC at
+    the host folder behind it)."""
+    from chexflow.jobs.render import render
+
+    target = Target(workdir="/srv/pvc/runs/r7", run_id="r7", backend="kubernetes",
+                    namespace="team-a", data_pvc="run-pvc", mount_path="/srv/pvc")
+    spec, job_target = tune_job(str(SPEC), target, {"data": "/srv/pvc/runs/r7/data",
+                                                    "image-size": 64})
+    argv = spec.command
+    assert argv[:4] == ["chexflow", "tune", str(SPEC), "--cluster"]
+    assert argv[argv.index("--volume") + 1] == "data=run-pvc"
+    assert "--trial-arg" in argv and "data=/mnt/chexflow/runs/r7/data" in argv
+    assert "image-size=64" in argv
+    job = render(spec, "team-a", service_account=job_target.service_account)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "chexflow-tune"
+    rbac = [d for d in yaml.safe_load_all((SPEC.parent.parent / "rbac.yaml").read_text()) if d]
+    assert {d["metadata"]["name"] for d in rbac} == {"chexflow-tune"}
+    assert target.service_account == ""  # the other steps' target is unchanged
+
+
+def test_tune_job_refuses_data_the_trials_cannot_see():
+    target = Target(workdir="/srv/pvc/runs/r7", run_id="r7", backend="kubernetes",
+                    data_pvc="run-pvc", mount_path="/srv/pvc")
+    with pytest.raises(StepError, match=r"/elsewhere/data: not under /srv/pvc, where the PVC is "
+                       r"mounted; the trials could not read it"):
+        tune_job(str(SPEC), target, {"data": "/elsewhere/data"})
 
 
 def test_tuned_optimizer_and_weight_decay_map_onto_train_options():

@@ -237,14 +237,20 @@ def tune_op(
     """A Katib sweep (`chexflow tune`): runs the Experiment, waits, returns the optimal trial's
     parameters as JSON for the final training. Every trial trains on `data_dir` (preprocess's
     output) with the pipeline's model, image size and weights (`--trial-arg`). `tune_args`: more
-    `chexflow tune` options (e.g. ["--set", "spec.maxTrialCount=4", "--trial-arg", "epochs=1"])."""
+    `chexflow tune` options (e.g. ["--set", "spec.maxTrialCount=4", "--trial-arg", "epochs=1"]).
+    Metrics: each trial's (trialN_val_auroc, trialN_images_per_sec, ...) and the best's."""
     import json
 
-    from chexflow.components.steps import Target, tune_step
+    from chexflow.components.steps import Target, tune_step, tune_trial_metrics
 
     job_target = Target.from_dict(target)
     trial_args = {"data": data_dir, "model": model, "image-size": image_size, "weights": weights}
     optimal = tune_step(spec_path, job_target, trial_args, [str(a) for a in tune_args])
+    for name, value in tune_trial_metrics(job_target).items():
+        if isinstance(value, float):
+            metrics.log_metric(name, value)
+        else:
+            metrics.metadata[name] = value
     for name, value in (optimal.get("metrics") or {}).items():
         if isinstance(value, (int, float)):
             metrics.log_metric(f"best_{name}", float(value))

@@ -20,6 +20,9 @@ from chexflow.train.options import TrainOptions
 
 # Options the pipeline itself owns: a tuned parameter may not move the data or the output.
 NOT_TUNABLE = ("data", "out")
+# The tune step on a cluster: its job's service account (katib/rbac.yaml) and the trialSpec
+# volume that becomes the run's PVC (katib/specs mount it as `data`).
+TUNE_SERVICE_ACCOUNT, TUNE_VOLUME = "chexflow-tune", "data"
 # Where the shared data PVC is mounted, in the component pods and in the MPIJob/Job pods.
 MOUNT_PATH = "/mnt/chexflow"
 
@@ -240,28 +243,68 @@ def micro_roc(predictions_npz: str, max_points: int = 200) -> dict[str, list[flo
     return {"fpr": fpr[idx].tolist(), "tpr": tpr[idx].tolist(), "thresholds": thr[idx].tolist()}
 
 
-def tune_step(spec_path: str, target: Target, trial_args: dict[str, Any] | None = None,
-              extra_args: list[str] | None = None) -> dict[str, Any]:
-    """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib;
-    state in WORKDIR/tune) and return its optimal.json: {"trial", "parameters", "metrics"}.
-    `trial_args` ({"data": DIR, "image-size": 64, ...}) set those options in every trial's
-    command (`--trial-arg`): the pipeline's own data and model; `extra_args` are more
-    `chexflow tune` options, after them (a user's `--trial-arg` wins)."""
-    state_dir = target.path("tune")
+def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None = None,
+             extra_args: list[str] | None = None) -> tuple[JobSpec, Target]:
+    """The `chexflow tune` job of the tune step and the target it runs on (state in
+    WORKDIR/tune). `trial_args` ({"data": DIR, "image-size": 64, ...}) set those options in
+    every trial's command (`--trial-arg`): the pipeline's own data and model; `extra_args` are
+    more `chexflow tune` options, after them (a user's `--trial-arg` wins). On kubernetes the
+    job runs as TUNE_SERVICE_ACCOUNT (katib/rbac.yaml), the trialSpec volume TUNE_VOLUME becomes
+    the run's PVC (`--volume`), and `data` is given as the trial pods see it there."""
     mode = "--local" if target.backend == "local" else "--cluster"
-    sets = [a for k, v in (trial_args or {}).items() for a in ("--trial-arg", f"{k}={v}")]
+    trial_args = dict(trial_args or {})
+    volumes: list[str] = []
+    if target.backend == "kubernetes":
+        from chexflow.katib.kubernetes import on_trial_volume
+        from chexflow.katib.spec import load_experiment
+
+        if "data" in trial_args:
+            try:
+                trial_args["data"] = on_trial_volume(load_experiment(spec_path), TUNE_VOLUME,
+                                                     target.mount_path, str(trial_args["data"]))
+            except ChexflowError as e:
+                raise StepError(str(e)) from None
+        volumes = ["--volume", f"{TUNE_VOLUME}={target.data_pvc}"]
+        target = dataclasses.replace(target, service_account=TUNE_SERVICE_ACCOUNT)
+    sets = [a for k, v in trial_args.items() for a in ("--trial-arg", f"{k}={v}")]
     spec = JobSpec(
         name=target.job_name("tune"), environment="control",
-        command=["chexflow", "tune", spec_path, mode, "--state", state_dir, "--no-progress",
-                 *sets, *(extra_args or [])],
+        command=["chexflow", "tune", spec_path, mode, "--state", target.path("tune"),
+                 "--no-progress", *volumes, *sets, *(extra_args or [])],
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
         timeout_seconds=target.timeout_seconds,
     )
-    target.run(spec)
-    optimal = Path(state_dir) / "optimal.json"
+    return spec, target
+
+
+def tune_step(spec_path: str, target: Target, trial_args: dict[str, Any] | None = None,
+              extra_args: list[str] | None = None) -> dict[str, Any]:
+    """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib;
+    `tune_job`) and return its optimal.json: {"trial", "parameters", "metrics"}."""
+    spec, job_target = tune_job(spec_path, target, trial_args, extra_args)
+    job_target.run(spec)
+    optimal = Path(target.path("tune")) / "optimal.json"
     if not optimal.exists():
         raise StepError(f"job {spec.name} finished without writing {optimal}")
     result = json.loads(optimal.read_text())
     if not isinstance(result.get("parameters"), dict):
         raise StepError(f"{optimal}: no 'parameters' object (the optimal trial's assignments)")
     return result
+
+
+def tune_trial_metrics(target: Target) -> dict[str, float | str]:
+    """Every trial of the tune step (WORKDIR/tune/results.json, local or cluster) for the
+    pipeline's metrics: trialN_METRIC (after its metricStrategy) for each metric it reported,
+    and trialN its name and status (N: creation order from 1, as in objective.png)."""
+    from chexflow.katib.results import load_results
+
+    results = load_results(Path(target.path("tune")))
+    metrics = list(results["objective"]["strategies"])
+    out: dict[str, float | str] = {}
+    for n, trial in enumerate(results["trials"], 1):
+        out[f"trial{n}"] = f"{trial['trial']} {trial['status']}"
+        for name in metrics:
+            value = trial.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[f"trial{n}_{name}"] = float(value)
+    return out

@@ -30,7 +30,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chexflow.errors import ChexflowError
@@ -151,6 +151,26 @@ def _set_trial_args(container: dict, trial_args: list[str], head: str) -> None:
         container["command"] = argv[:len(command)]
     if args or len(argv) > len(command):
         container["args"] = argv[len(command):]
+
+
+def on_trial_volume(exp: Experiment, volume: str, mount_path: str, path: str) -> str:
+    """`path`, on a PVC a pipeline step mounts at `mount_path`, as the trial pods see it when
+    that PVC is the trialSpec volume `volume` (`--volume VOLUME=PVC`): under the primary
+    container's mountPath of that volume."""
+    head = f"{exp.source}: " if exp.source else ""
+    container, _ = primary_container(exp, exp.trial_spec)
+    mounts = [m.get("mountPath") for m in container.get("volumeMounts") or []
+              if m.get("name") == volume]
+    if not mounts:
+        raise ClusterError(f"{head}spec.trialTemplate.trialSpec container "
+                           f"{container.get('name')!r} mounts no volume {volume!r}; the trials "
+                           f"could not read {path}")
+    try:
+        rel = PurePosixPath(path).relative_to(mount_path)
+    except ValueError:
+        raise ClusterError(f"{path}: not under {mount_path}, where the PVC is mounted; the "
+                           "trials could not read it") from None
+    return str(PurePosixPath(mounts[0]) / rel)
 
 
 # ---- reading Trials ----------------------------------------------------------------------------
