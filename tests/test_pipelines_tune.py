@@ -155,6 +155,10 @@ def test_tune_then_train_runs_locally_end_to_end_on_the_pipelines_data(tmp_path,
     optimal = json.loads((state.parent / "optimal.json").read_text())
     tuned = summary["tasks"]["tune-op"]["artifacts"]["metrics"]["metadata"]
     assert tuned["best_val_auroc"] == pytest.approx(optimal["metrics"]["val_auroc"])
+    for n, t in enumerate(load_results(state.parent)["trials"], 1):  # every trial, not the best
+        assert tuned[f"trial{n}"] == f"{t['trial']} Succeeded"
+        for metric in ("val_auroc", "images_per_sec"):
+            assert tuned[f"trial{n}_{metric}"] == pytest.approx(t[metric])
     trained = summary["tasks"]["train-op"]["artifacts"]["metrics"]["metadata"]
     assert trained["batch_size_per_worker"] == int(optimal["parameters"]["batch-size"])
     assert 0 <= summary["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"][
