@@ -142,6 +142,8 @@ class LocalCluster:
         self.processes = {}
         deadline = time.monotonic() + timeout
         try:
+            if self.katib:  # before anything starts: refused at once when another cluster has it
+                kubeproxy.claim(self.state_dir, node_bin / "kube-proxy")
             self.host = self._prepare_real_node()["node_ip"] if node_bin else "127.0.0.1"
             pki = certs.make_pki(self.state_dir, server_ips=(self.host,) if node_bin else ())
             certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
@@ -387,8 +389,7 @@ class LocalCluster:
 
     def _start_kube_proxy(self, exe: Path, pki: certs.PKI, addr: dict[str, str],
                           deadline: float) -> None:
-        """kube-proxy for the node's pod /24, once this cluster holds the machine's claim."""
-        kubeproxy.claim(self.state_dir, exe)
+        """kube-proxy for the node's pod /24 (this cluster holds the machine's claim)."""
         node_dir = realnode.RealNode(self.state_dir).dir
         kubeconfig = certs.write_kubeconfig(node_dir / "kube-proxy.kubeconfig", self.server, pki,
                                             "kube-proxy")

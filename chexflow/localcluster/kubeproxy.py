@@ -77,15 +77,26 @@ def _holder() -> dict | None:
         return None
 
 
-def _cluster_alive(state_dir: str) -> bool:
+def _alive(held: dict) -> bool:
+    """The claimant process (still starting its cluster) or the cluster it started lives."""
     from chexflow.localcluster.controlplane import STATE_FILE, LocalCluster
 
-    if not (Path(state_dir) / STATE_FILE).exists():
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(held["pid"], 0)
+        return True
+    if not (Path(held["state_dir"]) / STATE_FILE).exists():
         return False
     try:
-        return LocalCluster.attach(Path(state_dir)).running()
+        return LocalCluster.attach(Path(held["state_dir"])).running()
     except (OSError, ValueError, KeyError, ChexflowError):
         return False
+
+
+def holder() -> str | None:
+    """The state folder of the live cluster that holds this machine's kube-proxy, if any."""
+    with _locked():
+        held = _holder()
+    return held["state_dir"] if held and _alive(held) else None
 
 
 def claim(state_dir: Path, kube_proxy: Path) -> None:
@@ -94,7 +105,7 @@ def claim(state_dir: Path, kube_proxy: Path) -> None:
     with _locked():
         holder = _holder()
         if holder and holder["state_dir"] != str(state_dir):
-            if _cluster_alive(holder["state_dir"]):
+            if _alive(holder):
                 raise KubeProxyError(
                     f"kube-proxy (needed by --katib) runs for one cluster per machine and the "
                     f"cluster in {holder['state_dir']} has it: stop that one first "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +103,50 @@ def real_namespace(k8s_api, k8s_namespace, tmp_path) -> Iterator[tuple[str, Path
                  "resources": {"requests": {"storage": "1Gi"}}}})
     yield k8s_namespace, data
     core.delete_persistent_volume(pv)
+
+
+@pytest.fixture(scope="session")
+def katib_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
+    """A second cluster with Katib (and kube-proxy) on its real node; kube-proxy runs for one
+    cluster per machine, so it first waits (up to 15 min) for another run's to stop."""
+    from chexflow.localcluster import kubeproxy
+
+    deadline = time.monotonic() + 900
+    while kubeproxy.holder() and time.monotonic() < deadline:
+        time.sleep(5)
+    cluster = LocalCluster(tmp_path_factory.mktemp("katib"), nodes=1, gpus_per_node=0,
+                           die_with_parent=True, katib=True)
+    cluster.start(timeout=600)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def katib_namespace(katib_cluster, request) -> Iterator[str]:
+    """A fresh namespace of the Katib cluster: its pods go to the real node and Katib injects
+    its metrics collector into trial pods there."""
+    from kubernetes import client
+
+    from chexflow.localcluster.katib import INJECTION_LABEL
+    from chexflow.localcluster.realnode import namespace_annotations
+
+    name = f"k-{request.node.name.lower().replace('_', '-')[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
+    name = "".join(c for c in name if c.isalnum() or c == "-")
+    core = client.CoreV1Api(katib_cluster.api_client())
+    core.create_namespace({"metadata": {"name": name, "labels": INJECTION_LABEL,
+                                        "annotations": namespace_annotations()}})
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def katib_base_image(katib_cluster) -> str:
+    """The Debian base image, loaded into the Katib cluster's real node."""
+    from chexflow.imagebuild.build import base_archive
+    from chexflow.localcluster.realnode import RealNode
+
+    image = base_archive()
+    RealNode(katib_cluster.state_dir).import_image(image.archive)
+    return image.ref

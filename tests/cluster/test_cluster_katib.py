@@ -1,0 +1,141 @@
+"""Katib v0.19.0 on the local cluster's real node (`chexflow cluster up --katib`): its pods run,
+pods reach ClusterIP Services through kube-proxy, and Katib's own webhook judges chexflow's
+Experiment specs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chexflow.envs import REPO_ROOT
+from chexflow.localcluster import katib, realnode
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
+
+SPEC = REPO_ROOT / "katib" / "specs" / "chexnet-random.yaml"
+
+
+def _experiment(path: Path = SPEC) -> dict:
+    return next(d for d in yaml.safe_load_all(path.read_text()) if d)
+
+
+def _create(api, ns: str, experiment: dict, dry_run: str | None = "All"):
+    from kubernetes import client
+
+    experiment = copy.deepcopy(experiment)
+    experiment["metadata"]["namespace"] = ns
+    return client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", ns, "experiments", experiment, dry_run=dry_run)
+
+
+def _rejection(api, ns: str, experiment: dict) -> str:
+    """The apiserver's message for an Experiment it refuses."""
+    from kubernetes.client.rest import ApiException
+
+    with pytest.raises(ApiException) as e:
+        _create(api, ns, experiment)
+    assert e.value.status == 400, e.value.body
+    return json.loads(e.value.body)["message"]
+
+
+def _wait_pod(core, ns: str, name: str, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while (pod := core.read_namespaced_pod(name, ns)).status.phase not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, pod.status
+        time.sleep(0.5)
+    return pod
+
+
+def test_katib_controller_db_manager_and_mysql_pods_are_ready_on_the_real_node(katib_cluster):
+    from kubernetes import client
+
+    core = client.CoreV1Api(katib_cluster.api_client())
+    pods = core.list_namespaced_pod(katib.NAMESPACE).items
+    ready = {p.metadata.labels["katib.kubeflow.org/component"]: p for p in pods
+             if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])}
+    assert set(ready) == {"controller", "db-manager", "mysql"}, [p.metadata.name for p in pods]
+    for pod in ready.values():
+        assert pod.spec.node_name == realnode.NODE_NAME
+        assert pod.spec.containers[0].image.startswith("chexflow.local/katib-")
+
+
+def test_a_pod_resolves_and_reaches_clusterip_services_through_kube_proxy(
+        katib_cluster, katib_namespace, katib_base_image):
+    """The `kubernetes` Service (the apiserver, as in-cluster clients reach it) and Katib's
+    db-manager, by name, from a pod."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(katib_cluster.api_client())
+    targets = ["kubernetes.default.svc.cluster.local:443",
+               f"katib-db-manager.{katib.NAMESPACE}.svc.cluster.local:6789"]
+    script = "; ".join(
+        f"getent hosts {t.split(':')[0]} && timeout 10 bash -c 'exec 3<>/dev/tcp/"
+        f"{t.replace(':', '/')}' && echo reached {t}" for t in targets)
+    core.create_namespaced_pod(katib_namespace, {
+        "metadata": {"name": "reach"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "main", "image": katib_base_image, "imagePullPolicy": "Never",
+            "command": ["bash", "-c", script]}]}})
+    pod = _wait_pod(core, katib_namespace, "reach")
+    log = core.read_namespaced_pod_log("reach", katib_namespace)
+    assert pod.status.phase == "Succeeded", log
+    kubernetes_ip = core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
+    assert f"{kubernetes_ip} " in log
+    for target in targets:
+        assert f"reached {target}" in log
+
+
+def test_katib_webhook_rejects_more_parallel_than_max_trials_with_its_own_message(
+        katib_cluster, katib_namespace):
+    experiment = _experiment()
+    experiment["spec"].update(maxTrialCount=2, parallelTrialCount=3)
+    message = _rejection(katib_cluster.api_client(), katib_namespace, experiment)
+    assert message.startswith('admission webhook "validator.experiment.katib.kubeflow.org" '
+                              "denied the request: ")
+    assert ("spec.parallelTrialCount: Invalid value: 3: should be less than or equal to "
+            "spec.maxTrialCount") in message
+
+
+def test_katib_webhook_rejects_a_name_of_41_characters(katib_cluster, katib_namespace):
+    experiment = _experiment()
+    experiment["metadata"]["name"] = "c" * 41
+    message = _rejection(katib_cluster.api_client(), katib_namespace, experiment)
+    assert "validator.experiment.katib.kubeflow.org" in message
+    assert f'metadata.name: Invalid value: "{"c" * 41}": name must consist of' in message
+    assert "may not be longer than 40 characters" in message
+
+
+def test_katib_webhook_accepts_chexnet_random_and_defaults_it(katib_cluster, katib_namespace):
+    """chexnet-random.yaml passes Katib's mutating and validating webhooks (server-side dry
+    run: nothing is stored, no trial starts). Its MPIJob success/failure conditions are
+    Katib's defaults for Kubeflow jobs: left out, the defaulter puts the same ones back; it gives
+    the list parameters Katib's default distribution."""
+    spec = _experiment()
+    experiment = copy.deepcopy(spec)
+    experiment["spec"].pop("earlyStopping")  # see the medianstop test
+    template = experiment["spec"]["trialTemplate"]
+    template.pop("successCondition"), template.pop("failureCondition")
+    created = _create(katib_cluster.api_client(), katib_namespace, experiment)
+    assert created["metadata"]["name"] == "chexnet-random"
+    for mine, katibs in zip(spec["spec"]["parameters"], created["spec"]["parameters"],
+                            strict=True):
+        assert katibs == {**mine, "feasibleSpace": {"distribution": "uniform",
+                                                    **mine["feasibleSpace"]}}
+    assert created["spec"]["trialTemplate"]["trialSpec"]["kind"] == "MPIJob"
+    for key in ("successCondition", "failureCondition"):
+        assert created["spec"]["trialTemplate"][key] == spec["spec"]["trialTemplate"][key]
+
+
+def test_katib_webhook_rejects_medianstop_early_stopping_without_its_service(
+        katib_cluster, katib_namespace):
+    """katib-config lists no early-stopping service (Katib's medianstop is Python, not built
+    here): the specs' `earlyStopping: medianstop` is the one field Katib refuses."""
+    message = _rejection(katib_cluster.api_client(), katib_namespace, _experiment())
+    assert message.count("Invalid value") == 1, message
+    assert ('spec.earlyStopping.algorithmName: Invalid value: "medianstop": unable to get '
+            "EarlyStopping config data for algorithm medianstop") in message
