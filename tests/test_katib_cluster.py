@@ -206,3 +206,12 @@ def test_cluster_results_are_written_by_the_local_writers(tmp_path):
     assert json.loads((tmp_path / "optimal.json").read_text()) == {
         **best, "experiment": "chexnet-random", "condition": "ExperimentMaxTrialsReached"}
     assert "on the cluster, namespace kubeflow" in (tmp_path / "results.html").read_text()
+
+
+def test_tune_namespace_without_cluster_is_refused(tmp_path):
+    proc = run_chexflow("tune", SPEC, "--namespace", "team-a", "--state", tmp_path / "s",
+                        check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "chexflow tune: error: --namespace: applies to --cluster only (a local sweep has none)"]
+    assert not (tmp_path / "s").exists()

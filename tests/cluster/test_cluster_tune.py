@@ -328,17 +328,21 @@ def test_same_spec_locally_and_on_the_cluster_gives_results_one_reader_loads_wit
     (signal.SIGTERM, "chexflow tune: error: stopped by SIGTERM: deleted experiment {ns}/"
                      f"{NAME} and its trials", 2),
     (signal.SIGINT, "chexflow tune: interrupted", 130),
-], ids=["sigterm", "ctrl-c"])
+    (None, "chexflow tune: error: not finished after 8 s: deleted experiment {ns}/"
+           f"{NAME} and its trials", 2),
+], ids=["sigterm", "ctrl-c", "timeout"])
 def test_stopping_tune_cluster_deletes_the_experiment_and_its_trials(
         k8s_api, k8s_namespace, tmp_path, sig, last_line, code):
     ns = k8s_namespace
     katib = KatibControllerStandIn(k8s_api, ns)
-    tune = Tune("--namespace", ns, "--poll-interval", "0.3", "--state", str(tmp_path / "s"))
+    tune = Tune("--namespace", ns, "--poll-interval", "0.3", "--state", str(tmp_path / "s"),
+                "--timeout", "8" if sig is None else "300")
     try:
         exp = katib.experiment()
         katib.create_trial(exp, f"{NAME}-a", katib_random_assignments(1, [])[0])
         tune.wait_line("trials: running=0")
-        tune.proc.send_signal(sig)
+        if sig is not None:
+            tune.proc.send_signal(sig)
         code_, err = tune.finish()
     finally:
         tune.kill()
