@@ -80,6 +80,30 @@ def test_tune_step_runs_the_sweep_and_feeds_training(tmp_path):
            (("val_auroc", 0.71), ("images_per_sec", 12.0), ("val_loss", 0.4))}}
 
 
+def test_tune_op_logs_every_trials_metrics_beside_the_best(tmp_path):
+    """The component's own body (KFP's Metrics artifact) over a real local sweep."""
+    from kfp.dsl import Metrics
+
+    from chexflow.components.definitions import tune_op
+
+    target = Target(workdir=str(tmp_path / "work"), run_id="run-2")
+    metrics = Metrics(name="metrics", uri=str(tmp_path / "metrics"))
+    with redirect_stdout(io.StringIO()):
+        params = tune_op.python_func(
+            spec_path=str(small_spec(tmp_path)), data_dir=str(tmp_path / "data"),
+            model="densenet121", image_size=64, weights="none", target=target.to_dict(),
+            tune_args=["--trial-command", "echo val_auroc=0.71 images_per_sec=12 val_loss=0.4"],
+            metrics=metrics)
+    trials = load_results(tmp_path / "work" / "tune")["trials"]
+    assert len(trials) == 2 and set(json.loads(params)) == TRAIN_FLAGS
+    logged = metrics.metadata
+    assert logged["best_val_auroc"] == pytest.approx(0.71)
+    for n, t in enumerate(trials, 1):
+        assert logged[f"trial{n}"] == f"{t['trial']} Succeeded"
+        assert logged[f"trial{n}_val_auroc"] == pytest.approx(0.71)
+        assert logged[f"trial{n}_images_per_sec"] == pytest.approx(12.0)
+
+
 def test_tune_job_on_a_cluster_runs_as_the_tune_account_with_the_runs_pvc_as_the_trials_data():
     """The tune step's Job on kubernetes: service account chexflow-tune (katib/rbac.yaml), the
     trialSpec volume `data` becomes the run's PVC, and the preprocess output is named as the
