@@ -1,4 +1,4 @@
-"""Build the trainer and launcher images with podman, from the repository's Dockerfiles.
+"""Build the trainer, launcher and Katib images with podman, from the repository's Dockerfiles.
 
 No registry is needed: the base is Debian bookworm made with `debootstrap --variant=minbase`
 and imported into podman (`chexflow.local/bookworm:<key>`); the Dockerfiles take it as their
@@ -8,6 +8,9 @@ Dockerfile, the build arguments and every file the build context sends (images/ 
 tree, less what .dockerignore leaves out), so an unchanged tree never rebuilds. The trainer's
 Horovod wheel comes from `<cache>/wheels` (the one `make setup` built) through a build volume, and
 pip trusts the CA bundle `PIP_CERT` names (a TLS-intercepting proxy's), as pip here does.
+
+Katib's images (katib.py documents each) build from images/katib/<name>/ as their whole context,
+with the Go program built from Katib's module copied in: their key covers the binary's bytes.
 
 podman runs with a configuration of its own under `<cache>/podman/` (runc, cgroupfs, no rlimit
 raised, storage in that folder) and `--network=host` for apt and pip.
@@ -29,6 +32,7 @@ from pathlib import Path
 from chexflow.container_images import DOCKERFILES
 from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
+from chexflow.imagebuild import katib
 
 LOCAL_REGISTRY = "chexflow.local"
 DEBIAN_SUITE = "bookworm"
@@ -36,6 +40,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_ARG = {"trainer": "CUDA_IMAGE", "launcher": "PYTHON_IMAGE"}
 EXTRA_ARGS = {"trainer": {"TF_PACKAGE": "tensorflow-cpu==2.15.1"}, "launcher": {}}
 BUILD_PIP_CERT = "/run/chexflow-pip-cert.pem"
+IMAGE_NAMES = (*DOCKERFILES, *katib.IMAGES)
 PODMAN_CONF = """[containers]
 # no CAP_SYS_RESOURCE here: raising an rlimit fails, so none is set
 default_ulimits = []
@@ -131,6 +136,12 @@ class Podman:
     def exists(self, ref: str) -> bool:
         return subprocess.run(["podman", "image", "exists", ref], env=self.env()).returncode == 0
 
+    def ensure_loaded(self, image: BuiltImage) -> str:
+        """The image's ref, loaded from its archive when podman's storage lacks it."""
+        if not self.exists(image.ref):
+            self.run("load", "-i", str(image.archive), quiet=True)
+        return image.ref
+
 
 def base_ref() -> str:
     """`chexflow.local/bookworm:<key>`, the key naming the suite, variant and mirror."""
@@ -171,35 +182,65 @@ class BuiltImage:
 
 
 def build_image(name: str, root: Path = REPO_ROOT) -> BuiltImage:
-    """Build images/<name>/Dockerfile on the Debian base (or reuse the cached archive)."""
+    """Build images/<name>/Dockerfile (or images/katib/<name>/) on the Debian base, or reuse the
+    cached archive."""
+    if name in katib.IMAGES:
+        return _build_katib(name, root)
     if name not in DOCKERFILES:
-        raise ImageBuildError(f"unknown image {name!r}: expected one of {', '.join(DOCKERFILES)}")
+        raise ImageBuildError(f"unknown image {name!r}: expected one of {', '.join(IMAGE_NAMES)}")
     start = time.monotonic()
-    podman = Podman(cache_root() / "podman")
     args = {BASE_ARG[name]: base_ref(), **EXTRA_ARGS[name]}
     key = content_key(name, args, root)
-    ref = f"{LOCAL_REGISTRY}/{name}:{key}"
-    images = cache_root() / "images"
-    archive = images / f"{name}-{key}.tar"
+    archive = cache_root() / "images" / f"{name}-{key}.tar"
     if archive.exists():
-        return BuiltImage(name, ref, archive, time.monotonic() - start, cached=True)
-    base_image(podman)
+        return BuiltImage(name, f"{LOCAL_REGISTRY}/{name}:{key}", archive,
+                          time.monotonic() - start, cached=True)
     wheels = cache_root() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    # docker format: the Dockerfiles' SHELL (bash -o pipefail) is an instruction OCI lacks
-    cmd = ["build", "--pull=never", "--network=host", "--layers", "--format=docker", "-f",
-           str(root / DOCKERFILES[name]), "-t", ref,
-           # the Horovod wheel `make setup` built, where install-trainer.sh looks for it
-           "-v", f"{wheels}:/var/cache/chexflow/wheels"]
-    for k, v in args.items():
-        cmd += ["--build-arg", f"{k}={v}"]
+    # the Horovod wheel `make setup` built, where install-trainer.sh looks for it
+    volumes = ["-v", f"{wheels}:/var/cache/chexflow/wheels"]
     cert = os.environ.get("PIP_CERT")
     if cert and Path(cert).is_file():  # pip behind this machine's TLS-intercepting proxy
-        cmd += ["-v", f"{Path(cert).resolve()}:{BUILD_PIP_CERT}:ro",
-                "--build-arg", f"PIP_CERT={BUILD_PIP_CERT}"]
-    print(f">> podman build {DOCKERFILES[name]} -> {ref}", file=sys.stderr, flush=True)
-    podman.run(*cmd, str(root))
+        volumes += ["-v", f"{Path(cert).resolve()}:{BUILD_PIP_CERT}:ro"]
+        args = {**args, "PIP_CERT": BUILD_PIP_CERT}
+    return _podman_build(name, key, root / DOCKERFILES[name], root, args, volumes, start)
+
+
+def _build_katib(name: str, root: Path) -> BuiltImage:
+    """images/katib/<name>/ plus its Go program as the context (katib.py)."""
+    start = time.monotonic()
+    podman = Podman(cache_root() / "podman")
+    podman.dir.mkdir(parents=True, exist_ok=True)
+    args = {"BASE_IMAGE": base_ref()}
+    with tempfile.TemporaryDirectory(dir=podman.dir, prefix=f"context-{name}-") as tmp:
+        context = Path(tmp)
+        katib.make_context(name, context, root)
+        key = content_key(name, args, context)
+        archive = cache_root() / "images" / f"{name}-{key}.tar"
+        if archive.exists():
+            return BuiltImage(name, f"{LOCAL_REGISTRY}/{name}:{key}", archive,
+                              time.monotonic() - start, cached=True)
+        return _podman_build(name, key, context / "Dockerfile", context, args, [], start)
+
+
+def _podman_build(name: str, key: str, dockerfile: Path, context: Path, args: dict[str, str],
+                  volumes: list[str], start: float) -> BuiltImage:
+    """podman build -> `chexflow.local/<name>:<key>`, saved as `<cache>/images/<name>-<key>.tar`
+    (replacing older archives of that name)."""
+    podman = Podman(cache_root() / "podman")
+    base_image(podman)
+    ref = f"{LOCAL_REGISTRY}/{name}:{key}"
+    # docker format: the Dockerfiles' SHELL (bash -o pipefail) is an instruction OCI lacks
+    cmd = ["build", "--pull=never", "--network=host", "--layers", "--format=docker", "-f",
+           str(dockerfile), "-t", ref, *volumes]
+    for k, v in args.items():
+        cmd += ["--build-arg", f"{k}={v}"]
+    shown = dockerfile.relative_to(REPO_ROOT) if dockerfile.is_relative_to(REPO_ROOT) else name
+    print(f">> podman build {shown} -> {ref}", file=sys.stderr, flush=True)
+    podman.run(*cmd, str(context))
+    images = cache_root() / "images"
     images.mkdir(parents=True, exist_ok=True)
+    archive = images / f"{name}-{key}.tar"
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     podman.run("save", "--format", "docker-archive", "-o", str(partial), ref, quiet=True)
