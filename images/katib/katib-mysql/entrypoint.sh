@@ -61,6 +61,7 @@ init="$(mktemp /tmp/katib-mysql-init.XXXXXX)"
   fi
   echo "FLUSH PRIVILEGES;"
 } > "$init"
+[ ${#as_mysql[@]} -eq 0 ] || chown mysql:mysql "$init"
 
 exec mariadbd "${as_mysql[@]}" --datadir="$datadir" --port=3306 --bind-address=0.0.0.0 \
   --skip-name-resolve --init-file="$init" "$@"
