@@ -266,7 +266,12 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             plateau.wait = state["plateau"]["wait"]
             plateau.cooldown_counter = state["plateau"]["cooldown_counter"]
             plateau.on_train_begin = lambda logs=None: None  # keep the restored state
-    callbacks += [throughput, hvd.callbacks.MetricAverageCallback()]
+    # wall-clock (Unix) times of this rank's first step, e.g. for the time from an MPIJob's
+    # creation to training (chexflow bench)
+    first_step: dict[str, float] = {}
+    callbacks += [throughput, hvd.callbacks.MetricAverageCallback(), keras.callbacks.LambdaCallback(
+        on_train_batch_begin=lambda batch, logs=None: first_step.setdefault("began", time.time()),
+        on_train_batch_end=lambda batch, logs=None: first_step.setdefault("ended", time.time()))]
     if size > 1 and args.lr_warmup_epochs > 0:
         callbacks.append(
             hvd.callbacks.LearningRateWarmupCallback(
@@ -309,6 +314,9 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         state = json.loads(state_file.read_text()) if state_file.exists() else state
         metrics = _metrics(args, size, state, summary, throughput.epochs, started)
         metrics["horovod"] = horovod
+        metrics["started_at"] = started
+        metrics["first_step_began_at"] = first_step.get("began")
+        metrics["first_step_ended_at"] = first_step.get("ended")
         cb.write_json(out / "metrics.json", metrics)
         print(
             "final " + " ".join(
