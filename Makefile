@@ -27,8 +27,8 @@ setup-cluster: setup-system setup-control
 	$(CONTROL)/bin/chexflow cluster build --real-node
 	$(CONTROL)/bin/chexflow images build katib
 
-# The trainer and launcher images, built with podman on a debootstrapped Debian base (cached by content in
-# ~/.cache/chexflow/images); the real-pod tests build what they need themselves.
+# The trainer, launcher and Katib images, built with podman on a debootstrapped Debian base (cached by content
+# in ~/.cache/chexflow/images); the real-pod tests build what they need themselves.
 images: setup-system setup-control setup-trainer
 	$(CONTROL)/bin/chexflow images build
 

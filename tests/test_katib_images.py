@@ -138,6 +138,20 @@ def test_katib_binaries_are_static_and_match_their_checksums():
     assert "github.com/kubeflow/katib v0.19.0" in (bin_dir / "VERSIONS").read_text()
 
 
+def test_katib_build_script_builds_into_the_folder_python_looks_in(tmp_path, monkeypatch):
+    """build.sh run by hand (as `make` would) names its folder as katib_cache_dir() does; with
+    Go's build cache warm it takes seconds."""
+    monkeypatch.setenv("CHEXFLOW_K8S_CACHE", str(tmp_path / "k8s"))
+    proc = subprocess.run(["bash", str(binaries.KATIB_DIR / "build.sh")], capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (made,) = (tmp_path / "k8s").iterdir()
+    assert made == binaries.katib_cache_dir()
+    assert binaries.ensure_katib_binaries() == made  # found, not built again
+    assert sorted(p.name for p in made.iterdir()) == sorted(
+        [*binaries.KATIB_BINARIES, "SHA256SUMS", "VERSIONS"])
+
+
 def test_katib_image_key_covers_its_program_bytes(tmp_path, monkeypatch):
     programs = tmp_path / "programs"
     programs.mkdir()
