@@ -128,8 +128,6 @@ class LocalCluster:
         if self.real_node:
             realnode.check_requirements()
             node_bin = binaries.ensure_node_binaries()
-        if self.katib:
-            katib_images = katib.build_images()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         for stale in ("etcd", "logs"):
             shutil.rmtree(self.state_dir / stale, ignore_errors=True)
@@ -140,10 +138,11 @@ class LocalCluster:
                                                "coredns_health", "coredns_ready",
                                                "kube_proxy_healthz", "kube_proxy_metrics")}
         self.processes = {}
-        deadline = time.monotonic() + timeout
         try:
             if self.katib:  # before anything starts: refused at once when another cluster has it
                 kubeproxy.claim(self.state_dir, node_bin / "kube-proxy")
+                katib_images = katib.build_images()  # cached; not counted in `timeout`
+            deadline = time.monotonic() + timeout
             self.host = self._prepare_real_node()["node_ip"] if node_bin else "127.0.0.1"
             pki = certs.make_pki(self.state_dir, server_ips=(self.host,) if node_bin else ())
             certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -139,3 +140,83 @@ def test_katib_webhook_rejects_medianstop_early_stopping_without_its_service(
     assert message.count("Invalid value") == 1, message
     assert ('spec.earlyStopping.algorithmName: Invalid value: "medianstop": unable to get '
             "EarlyStopping config data for algorithm medianstop") in message
+
+
+def _trivial_experiment(name: str, image: str) -> dict:
+    """Random search over one parameter; each trial a batch Job printing `val_auroc=0.5`
+    (after a pause: Katib's collector must find the main process still running)."""
+    return {
+        "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": name},
+        "spec": {
+            "objective": {"type": "maximize", "objectiveMetricName": "val_auroc"},
+            "algorithm": {"algorithmName": "random"},
+            "metricsCollectorSpec": {"collector": {"kind": "StdOut"}},
+            "parallelTrialCount": 1, "maxTrialCount": 2, "maxFailedTrialCount": 1,
+            "parameters": [{"name": "lr", "parameterType": "double",
+                            "feasibleSpace": {"min": "0.001", "max": "0.1"}}],
+            "trialTemplate": {
+                "primaryContainerName": "main",
+                "trialParameters": [{"name": "lr", "reference": "lr"}],
+                "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {
+                    "backoffLimit": 0, "template": {"spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{
+                            "name": "main", "image": image, "imagePullPolicy": "Never",
+                            "command": ["bash", "-c", 'sleep 3; echo "lr=${trialParameters.lr}"; '
+                                        "echo val_auroc=0.5"]}]}}}}}}}
+
+
+def test_an_experiment_with_job_trials_succeeds_with_goptuna_random_and_the_stdout_collector(
+        katib_cluster, katib_namespace, katib_base_image):
+    """The whole chain: the controller asks the goptuna suggestion service for parameters,
+    runs each trial's Job, the injected collector sends val_auroc to db-manager (MySQL), and
+    the Experiment ends Succeeded at maxTrialCount with Katib's optimal trial.
+    The name is unique on the cluster: Katib's suggestion controller lists an Experiment's
+    trials by label in every namespace."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(katib_cluster.api_client())
+    args = ("kubeflow.org", "v1beta1", katib_namespace, "experiments")
+    name = f"trivial-{katib_namespace[-5:]}"
+    custom.create_namespaced_custom_object(*args, _trivial_experiment(name, katib_base_image))
+    deadline = time.monotonic() + 300
+    while True:
+        status = custom.get_namespaced_custom_object(*args, name).get("status", {})
+        ended = {c["type"] for c in status.get("conditions", []) if c["status"] == "True"}
+        if ended & {"Succeeded", "Failed"}:
+            break
+        assert time.monotonic() < deadline, status
+        time.sleep(2)
+    assert "Succeeded" in ended, status
+    assert status["trialsSucceeded"] == 2, status
+    optimal = status["currentOptimalTrial"]
+    assert optimal["observation"]["metrics"] == [
+        {"name": "val_auroc", "latest": "0.5", "max": "0.5", "min": "0.5"}]
+    (lr,) = optimal["parameterAssignments"]
+    assert lr["name"] == "lr" and 0.001 <= float(lr["value"]) <= 0.1
+    trials = custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", katib_namespace, "trials")["items"]
+    suggestion = custom.get_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", katib_namespace, "suggestions", name)
+    assert len(trials) == 2 and suggestion["status"]["suggestionCount"] == 2
+
+
+def test_a_second_katib_cluster_is_refused_in_one_line_naming_the_first(katib_cluster, tmp_path):
+    """kube-proxy's chains are global to the host's network namespace: one --katib cluster per
+    machine. The second is refused before it starts anything; the first keeps its rules."""
+    from chexflow.localcluster import kubeproxy
+    from chexflow.localcluster.controlplane import LocalCluster
+
+    second = LocalCluster(tmp_path / "second", nodes=1, gpus_per_node=0, die_with_parent=True,
+                          katib=True)
+    with pytest.raises(kubeproxy.KubeProxyError) as e:
+        second.start(timeout=60)
+    message = str(e.value)
+    assert "\n" not in message
+    assert f"the cluster in {katib_cluster.state_dir} has it" in message
+    assert f"chexflow cluster down --dir {katib_cluster.state_dir}" in message
+    assert not second.running() and not (tmp_path / "second" / "cluster.json").exists()
+    assert not Path(f"/sys/class/net/{realnode.RealNode(second.state_dir).bridge}").exists()
+    assert kubeproxy.holder() == str(katib_cluster.state_dir)
+    rules = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+    assert "-A KUBE-SERVICES" in rules
