@@ -331,15 +331,23 @@ def test_katib_mysql_refuses_an_empty_password_in_one_line(refs):
 
 
 @pytest.mark.realnode
-def test_katib_mysql_started_as_root_runs_mariadb_as_mysql(refs, containers, tmp_path):
+def test_katib_mysql_started_as_root_runs_mariadb_as_mysql_and_restarts(refs, containers,
+                                                                         tmp_path):
     datadir = tmp_path / "data"
     datadir.mkdir()  # owned by root, as a fresh volume is
     name = containers.run(refs["katib-mysql"], options=(
         "--network=none", "--user=0", "-e", "MYSQL_ROOT_PASSWORD=pw",
         "-v", f"{datadir}:/var/lib/mysql"))
-    wait_for("mariadbd as root", lambda: podman(
-        "exec", name, "mysqladmin", "ping", "-u", "root", "-ppw", check=False).returncode == 0,
-        name)
+
+    def alive() -> bool:
+        return podman("exec", name, "mysqladmin", "ping", "-u", "root", "-ppw",
+                      check=False).returncode == 0
+
+    wait_for("mariadbd as root", alive, name)
     assert "\nUid:\t999\t" in podman("exec", name, "cat", "/proc/1/status").stdout
     assert datadir.stat().st_uid == 999 and (datadir / "mysql").is_dir()
     assert os.stat(datadir / "mysql").st_uid == 999
+    # a restart (the pod's container again, same volume) keeps the datadir and the password
+    podman("restart", "-t", "10", name)
+    wait_for("mariadbd after a restart", alive, name)
+    assert logs(name).count("katib-mysql: initialising") == 1
