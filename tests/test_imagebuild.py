@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from chexflow.imagebuild import build
@@ -57,3 +60,20 @@ def test_unknown_image_name_is_one_clear_error():
     with pytest.raises(build.ImageBuildError,
                        match="unknown image.*expected trainer, launcher, katib-.* or katib$"):
         cmd_build(argparse.Namespace(names=["trainr"], load=False, dir=None))
+
+
+def test_failed_save_leaves_no_partial_archive(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHEXFLOW_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "base_image", lambda podman: build.base_ref())
+
+    def run(self, *args, **kwargs):  # podman: the build works, the save dies half-way
+        if args[0] == "save":
+            Path(args[args.index("-o") + 1]).write_bytes(b"half an archive")
+            raise build.ImageBuildError("`podman save --format ...` exited 125")
+        return subprocess.CompletedProcess(["podman", *args], 0)
+
+    monkeypatch.setattr(build.Podman, "run", run)
+    with pytest.raises(build.ImageBuildError, match="podman save"):
+        build._podman_build("katib-db-manager", "0123", tmp_path / "Dockerfile", tmp_path,
+                            {}, [], 0.0)
+    assert list((tmp_path / "cache" / "images").iterdir()) == []

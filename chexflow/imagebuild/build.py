@@ -241,11 +241,14 @@ def _podman_build(name: str, key: str, dockerfile: Path, context: Path, args: di
     images = cache_root() / "images"
     images.mkdir(parents=True, exist_ok=True)
     archive = images / f"{name}-{key}.tar"
-    partial = archive.with_suffix(".partial")
-    partial.unlink(missing_ok=True)
-    podman.run("save", "--format", "docker-archive", "-o", str(partial), ref, quiet=True)
+    partial = archive.with_suffix(f".partial.{os.getpid()}")  # builds may run side by side
+    try:
+        podman.run("save", "--format", "docker-archive", "-o", str(partial), ref, quiet=True)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     for old in images.glob(f"{name}-*.tar"):
-        old.unlink()
+        old.unlink(missing_ok=True)
     partial.rename(archive)
     return BuiltImage(name, ref, archive, time.monotonic() - start, cached=False)
 
