@@ -7,6 +7,9 @@ binaries come from ~/.cache/chexflow/k8s/, built by build/build.sh and build/bui
 first use (cold: about 6 + 4 minutes on 2 idle cores). `k8s_namespace`: a fresh namespace per
 test, deleted afterwards.
 `KUBECONFIG` points at the cluster's admin kubeconfig while the session runs.
+`katib_cluster` (session): a second cluster with Katib and kube-proxy on its real node (one such
+cluster per machine: it waits for another run's to stop); `katib_namespace`: a fresh namespace
+there with Katib's metrics-collector label whose pods go to the real node.
 """
 
 from __future__ import annotations
