@@ -1,7 +1,8 @@
 """Stops a cluster when the process that started it dies (even by SIGKILL).
 
 PR_SET_PDEATHSIG ends the control plane's processes with their parent, but the real node also
-leaves pods, containerd shims, mounts, cgroups and a bridge, which only a cleanup removes:
+leaves pods, containerd shims, mounts, cgroups and a bridge, and with Katib kube-proxy's
+iptables rules and its claim on the machine, which only a cleanup removes:
 
     python -m chexflow.localcluster.reaper STATE_DIR PARENT_PID
 
