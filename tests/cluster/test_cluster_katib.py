@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +51,49 @@ def _wait_pod(core, ns: str, name: str, timeout: float = 120):
         assert time.monotonic() < deadline, pod.status
         time.sleep(0.5)
     return pod
+
+
+KILLED_STARTER = """
+import sys
+from chexflow.localcluster.controlplane import LocalCluster
+LocalCluster(sys.argv[1], nodes=1, gpus_per_node=0, die_with_parent=True, katib=True).start(600)
+"""
+
+
+def _kube_rules() -> list[str]:
+    return [line for tool in ("iptables-save", "ip6tables-save")
+            for line in subprocess.run([tool], capture_output=True, text=True).stdout.splitlines()
+            if "KUBE-" in line]
+
+
+def test_a_killed_katib_starter_leaves_no_iptables_rule_claim_or_bridge(tmp_path):
+    """SIGKILL to the process starting a --katib cluster once kube-proxy has written its rules:
+    the reaper stops the cluster, removes every KUBE-* rule and chain and frees the claim.
+    (Runs before the module's Katib cluster: one kube-proxy per machine.)"""
+    from chexflow.localcluster import kubeproxy
+
+    deadline = time.monotonic() + 900
+    while kubeproxy.holder():
+        assert time.monotonic() < deadline, kubeproxy.holder()
+        time.sleep(5)
+    state = tmp_path / "killed"
+    node = realnode.RealNode(state)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_STARTER, str(state)])
+    try:
+        deadline = time.monotonic() + 600
+        while not (kubeproxy.holder() == str(state)
+                   and any(r.startswith("-A KUBE-SERVICES") for r in _kube_rules())):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            time.sleep(0.5)
+        assert Path(f"/sys/class/net/{node.bridge}").exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while _kube_rules() or kubeproxy.CLAIM.exists() or \
+            Path(f"/sys/class/net/{node.bridge}").exists():
+        assert time.monotonic() < deadline, (_kube_rules(), kubeproxy.CLAIM.exists())
+        time.sleep(0.5)
 
 
 def test_katib_controller_db_manager_and_mysql_pods_are_ready_on_the_real_node(katib_cluster):
