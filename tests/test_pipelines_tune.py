@@ -118,6 +118,7 @@ def test_tune_job_on_a_cluster_runs_as_the_tune_account_with_the_runs_pvc_as_the
     argv = spec.command
     assert argv[:4] == ["chexflow", "tune", str(SPEC), "--cluster"]
     assert argv[argv.index("--volume") + 1] == "data=run-pvc"
+    assert argv[argv.index("--set") + 1] == "metadata.name=chexnet-random-r7"  # one per run
     assert "--trial-arg" in argv and "data=/mnt/chexflow/runs/r7/data" in argv
     assert "image-size=64" in argv
     job = render(spec, "team-a", service_account=job_target.service_account)
@@ -126,6 +127,21 @@ def test_tune_job_on_a_cluster_runs_as_the_tune_account_with_the_runs_pvc_as_the
     rbac = [d for d in yaml.safe_load_all((SPEC.parent.parent / "rbac.yaml").read_text()) if d]
     assert {d["metadata"]["name"] for d in rbac} == {"chexflow-tune"}
     assert target.service_account == ""  # the other steps' target is unchanged
+
+
+def test_tune_jobs_of_two_runs_name_their_experiments_apart_within_katibs_limit(tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(SPEC.read_text().replace("name: chexnet-random\n",
+                                             "name: chexnet-random-with-a-very-long-name\n", 1))
+    names = []
+    for run_id in ("tune-then-train-20261123-101500", "tune-then-train-20261123-101501"):
+        target = Target(workdir=f"/mnt/chexflow/runs/{run_id}", run_id=run_id,
+                        backend="kubernetes", data_pvc="run-pvc")
+        argv = tune_job(str(spec), target, {})[0].command
+        names.append(argv[argv.index("--set") + 1].removeprefix("metadata.name="))
+    assert names == ["chexnet-random-with-a-very-long-3-101500",
+                     "chexnet-random-with-a-very-long-3-101501"]
+    assert all(len(n) <= 40 for n in names)
 
 
 def test_tune_job_refuses_data_the_trials_cannot_see():
@@ -162,7 +178,8 @@ def test_tune_then_train_runs_locally_end_to_end_on_the_pipelines_data(tmp_path,
     pipeline's model and image size, and the final training takes the optimal trial's values."""
     tune_args = ["--set", "spec.maxTrialCount=2", "--set", "spec.maxFailedTrialCount=2",
                  "--set", "spec.parallelTrialCount=1", "--trial-arg", "epochs=1",
-                 "--trial-arg", "steps-per-epoch=2", "--trial-arg", "validation-steps=1"]
+                 "--trial-arg", "steps-per-epoch=2", "--trial-arg", "validation-steps=1",
+                 "--trial-arg", "warmup-steps=1"]  # one timed step: images_per_sec reported
     run_chexflow("run", "tune-then-train", "--katib-spec", SPEC, "--data", nih_tfrecords,
                  "--out", tmp_path, "--image-size", 64, "--epochs", 1, "--steps-per-epoch", 2,
                  "--bootstrap", 20, "--param", "tune_args=" + json.dumps(tune_args), timeout=2300)
@@ -182,7 +199,8 @@ def test_tune_then_train_runs_locally_end_to_end_on_the_pipelines_data(tmp_path,
     for n, t in enumerate(load_results(state.parent)["trials"], 1):  # every trial, not the best
         assert tuned[f"trial{n}"] == f"{t['trial']} Succeeded"
         for metric in ("val_auroc", "images_per_sec"):
-            assert tuned[f"trial{n}_{metric}"] == pytest.approx(t[metric])
+            assert t[metric] is not None and tuned[f"trial{n}_{metric}"] == pytest.approx(
+                t[metric])
     trained = summary["tasks"]["train-op"]["artifacts"]["metrics"]["metadata"]
     assert trained["batch_size_per_worker"] == int(optimal["parameters"]["batch-size"])
     assert 0 <= summary["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"][

@@ -249,28 +249,32 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
     WORKDIR/tune). `trial_args` ({"data": DIR, "image-size": 64, ...}) set those options in
     every trial's command (`--trial-arg`): the pipeline's own data and model; `extra_args` are
     more `chexflow tune` options, after them (a user's `--trial-arg` wins). On kubernetes the
-    job runs as TUNE_SERVICE_ACCOUNT (katib/rbac.yaml), the trialSpec volume TUNE_VOLUME becomes
-    the run's PVC (`--volume`), and `data` is given as the trial pods see it there."""
+    job runs as TUNE_SERVICE_ACCOUNT (katib/rbac.yaml), the Experiment is named per run (two
+    runs of one spec do not collide), the trialSpec volume TUNE_VOLUME becomes the run's PVC
+    (`--volume`), and `data` is given as the trial pods see it there."""
     mode = "--local" if target.backend == "local" else "--cluster"
     trial_args = dict(trial_args or {})
-    volumes: list[str] = []
+    cluster: list[str] = []
     if target.backend == "kubernetes":
         from chexflow.katib.kubernetes import on_trial_volume
-        from chexflow.katib.spec import load_experiment
+        from chexflow.katib.spec import NAME_MAX, load_experiment
 
-        if "data" in trial_args:
-            try:
-                trial_args["data"] = on_trial_volume(load_experiment(spec_path), TUNE_VOLUME,
-                                                     target.mount_path, str(trial_args["data"]))
-            except ChexflowError as e:
-                raise StepError(str(e)) from None
-        volumes = ["--volume", f"{TUNE_VOLUME}={target.data_pvc}"]
+        try:
+            exp = load_experiment(spec_path)
+            if "data" in trial_args:
+                trial_args["data"] = on_trial_volume(exp, TUNE_VOLUME, target.mount_path,
+                                                     str(trial_args["data"]))
+        except ChexflowError as e:
+            raise StepError(str(e)) from None
+        name = target.job_name(exp.name[:NAME_MAX - 9])  # room for "-" and the run's 8
+        cluster = ["--set", f"metadata.name={name}",
+                   "--volume", f"{TUNE_VOLUME}={target.data_pvc}"]
         target = dataclasses.replace(target, service_account=TUNE_SERVICE_ACCOUNT)
     sets = [a for k, v in trial_args.items() for a in ("--trial-arg", f"{k}={v}")]
     spec = JobSpec(
         name=target.job_name("tune"), environment="control",
         command=["chexflow", "tune", spec_path, mode, "--state", target.path("tune"),
-                 "--no-progress", *volumes, *sets, *(extra_args or [])],
+                 "--no-progress", *cluster, *sets, *(extra_args or [])],
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
         timeout_seconds=target.timeout_seconds,
     )
