@@ -16,6 +16,7 @@ import yaml
 
 from chexflow.envs import REPO_ROOT
 from chexflow.localcluster import katib, realnode
+from tests.conftest import run_chexflow
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
@@ -264,3 +265,14 @@ def test_a_second_katib_cluster_is_refused_in_one_line_naming_the_first(katib_cl
     assert kubeproxy.holder() == str(katib_cluster.state_dir)
     rules = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
     assert "-A KUBE-SERVICES" in rules
+
+
+def test_cluster_up_katib_beside_the_katib_cluster_exits_2_with_one_line(katib_cluster, tmp_path):
+    """`chexflow cluster up --katib` as a user runs it: refused before starting anything."""
+    proc = run_chexflow("cluster", "up", "--katib", "--dir", tmp_path / "mine", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"chexflow cluster: error: kube-proxy (needed by --katib) runs for one cluster per "
+        f"machine and the cluster in {katib_cluster.state_dir} has it: stop that one first "
+        f"(chexflow cluster down --dir {katib_cluster.state_dir})"]
+    assert not (tmp_path / "mine" / "cluster.json").exists()
