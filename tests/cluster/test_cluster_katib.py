@@ -187,6 +187,14 @@ def test_katib_webhook_rejects_medianstop_early_stopping_without_its_service(
             "EarlyStopping config data for algorithm medianstop") in message
 
 
+TRIVIAL_TRIAL = ["bash", "-c", 'sleep 3; echo "lr=${trialParameters.lr}"; echo val_auroc=0.5']
+
+
+def _container(name: str, image: str, command: list[str]) -> dict:
+    return {"spec": {"restartPolicy": "Never", "containers": [
+        {"name": name, "image": image, "imagePullPolicy": "Never", "command": command}]}}
+
+
 def _trivial_experiment(name: str, image: str) -> dict:
     """Random search over one parameter; each trial a batch Job printing `val_auroc=0.5`
     (after a pause: Katib's collector must find the main process still running)."""
@@ -203,12 +211,24 @@ def _trivial_experiment(name: str, image: str) -> dict:
                 "primaryContainerName": "main",
                 "trialParameters": [{"name": "lr", "reference": "lr"}],
                 "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {
-                    "backoffLimit": 0, "template": {"spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{
-                            "name": "main", "image": image, "imagePullPolicy": "Never",
-                            "command": ["bash", "-c", 'sleep 3; echo "lr=${trialParameters.lr}"; '
-                                        "echo val_auroc=0.5"]}]}}}}}}}
+                    "backoffLimit": 0, "template": _container("main", image, TRIVIAL_TRIAL)}}}}}
+
+
+def _wait_experiment(custom, ns: str, name: str, timeout: float = 300) -> dict:
+    """The Experiment's status once it has Succeeded or Failed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = custom.get_namespaced_custom_object(
+            "kubeflow.org", "v1beta1", ns, "experiments", name).get("status", {})
+        ended = {c["type"] for c in status.get("conditions", []) if c["status"] == "True"}
+        if ended & {"Succeeded", "Failed"}:
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(2)
+
+
+def _succeeded(status: dict) -> bool:
+    return any(c["type"] == "Succeeded" and c["status"] == "True" for c in status["conditions"])
 
 
 def test_an_experiment_with_job_trials_succeeds_with_goptuna_random_and_the_stdout_collector(
@@ -224,15 +244,8 @@ def test_an_experiment_with_job_trials_succeeds_with_goptuna_random_and_the_stdo
     args = ("kubeflow.org", "v1beta1", katib_namespace, "experiments")
     name = f"trivial-{katib_namespace[-5:]}"
     custom.create_namespaced_custom_object(*args, _trivial_experiment(name, katib_base_image))
-    deadline = time.monotonic() + 300
-    while True:
-        status = custom.get_namespaced_custom_object(*args, name).get("status", {})
-        ended = {c["type"] for c in status.get("conditions", []) if c["status"] == "True"}
-        if ended & {"Succeeded", "Failed"}:
-            break
-        assert time.monotonic() < deadline, status
-        time.sleep(2)
-    assert "Succeeded" in ended, status
+    status = _wait_experiment(custom, katib_namespace, name)
+    assert _succeeded(status), status
     assert status["trialsSucceeded"] == 2, status
     optimal = status["currentOptimalTrial"]
     assert optimal["observation"]["metrics"] == [
@@ -276,3 +289,38 @@ def test_cluster_up_katib_beside_the_katib_cluster_exits_2_with_one_line(katib_c
         f"machine and the cluster in {katib_cluster.state_dir} has it: stop that one first "
         f"(chexflow cluster down --dir {katib_cluster.state_dir})"]
     assert not (tmp_path / "mine" / "cluster.json").exists()
+
+
+def test_an_experiment_with_mpijob_v2beta1_trials_succeeds(
+        katib_cluster, katib_namespace, katib_base_image):
+    """MPIJob.v2beta1.kubeflow.org in katib-config's trialResources: Katib runs each trial as an
+    MPIJob (mpi-operator makes the launcher and worker pods), collects the launcher's
+    val_auroc and ends Succeeded. Katib v0.19.0's pod webhook adds KATIB_TRIAL_NAME to the
+    primary container in EVERY pod of the trial and refuses a pod without a container of that
+    name, so the worker's container carries the launcher's name."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(katib_cluster.api_client())
+    name = f"mpi-{katib_namespace[-5:]}"
+    experiment = _trivial_experiment(name, katib_base_image)
+    experiment["spec"]["trialTemplate"] = {
+        "primaryContainerName": "launcher",
+        "primaryPodLabels": {"training.kubeflow.org/job-role": "launcher"},
+        "trialParameters": [{"name": "lr", "reference": "lr"}],
+        "trialSpec": {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "spec": {
+            "slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": _container(
+                    "launcher", katib_base_image,
+                    ["bash", "-c", f"cat /etc/mpi/hostfile; {TRIVIAL_TRIAL[2]}"])},
+                "Worker": {"replicas": 1, "template": _container(
+                    "launcher", katib_base_image, ["sleep", "300"])}}}}}
+    custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", katib_namespace,
+                                           "experiments", experiment)
+    status = _wait_experiment(custom, katib_namespace, name)
+    assert _succeeded(status), status
+    assert status["trialsSucceeded"] == 2, status
+    assert status["currentOptimalTrial"]["observation"]["metrics"][0]["max"] == "0.5"
+    trials = custom.list_namespaced_custom_object("kubeflow.org", "v1beta1", katib_namespace,
+                                                  "trials")["items"]
+    assert [t["spec"]["runSpec"]["kind"] for t in trials] == ["MPIJob", "MPIJob"]
