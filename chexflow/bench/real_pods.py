@@ -294,9 +294,32 @@ def namespace(api, shared: Path) -> Iterator[str]:
                      "volumeName": pv, "resources": {"requests": {"storage": "1Gi"}}}})
         yield name
     finally:
-        core.delete_namespace(name)
-        with contextlib.suppress(Exception):
-            core.delete_persistent_volume(pv)
+        _delete_volume_and_namespace(core, name, pv)
+
+
+def _delete_volume_and_namespace(core, namespace: str, pv: str, timeout: float = 60) -> None:
+    """Delete the claim, the namespace and the volume, and wait until the volume is gone (its
+    protection finalizer holds it while the claim exists)."""
+    from kubernetes.client.rest import ApiException
+
+    for delete, args in ((core.delete_namespaced_persistent_volume_claim, ("data", namespace)),
+                         (core.delete_namespace, (namespace,)),
+                         (core.delete_persistent_volume, (pv,))):
+        try:
+            delete(*args)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            core.read_persistent_volume(pv)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        time.sleep(0.5)
+    raise RealPodsError(f"PersistentVolume {pv} not deleted {timeout:.0f} s after its claim")
 
 
 def load_trainer_image(state_dir: Path) -> tuple[str, dict]:
