@@ -21,7 +21,6 @@ import pytest
 
 from chexflow.imagebuild import build, katib
 from chexflow.imagebuild.commands import image_names
-from chexflow.localcluster import binaries
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENT = Path(__file__).resolve().parent / "katib_grpc.py"
@@ -125,13 +124,13 @@ def mysql_query(database: dict[str, str], sql: str) -> str:
 
 
 def test_katib_binaries_are_static_and_match_their_checksums():
-    bin_dir = binaries.ensure_katib_binaries()
+    bin_dir = katib.ensure_katib_binaries()
     assert bin_dir.name.startswith(f"katib-{katib.KATIB_VERSION}-")
-    assert bin_dir == binaries.katib_cache_dir()
+    assert bin_dir == katib.katib_cache_dir()
     sums = subprocess.run(["sha256sum", "--check", "SHA256SUMS"], cwd=bin_dir,
                           capture_output=True, text=True)
     assert sums.returncode == 0, sums.stdout + sums.stderr
-    for program in binaries.KATIB_BINARIES:
+    for program in katib.BINARIES:
         elf = subprocess.run(["readelf", "--program-headers", str(bin_dir / program)],
                              capture_output=True, text=True, check=True).stdout
         assert "LOAD" in elf and "INTERP" not in elf, program  # CGO_ENABLED=0: no loader
@@ -142,14 +141,14 @@ def test_katib_build_script_builds_into_the_folder_python_looks_in(tmp_path, mon
     """build.sh run by hand (as `make` would) names its folder as katib_cache_dir() does; with
     Go's build cache warm it takes seconds."""
     monkeypatch.setenv("CHEXFLOW_K8S_CACHE", str(tmp_path / "k8s"))
-    proc = subprocess.run(["bash", str(binaries.KATIB_DIR / "build.sh")], capture_output=True,
+    proc = subprocess.run(["bash", str(katib.GO_DIR / "build.sh")], capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (made,) = (tmp_path / "k8s").iterdir()
-    assert made == binaries.katib_cache_dir()
-    assert binaries.ensure_katib_binaries() == made  # found, not built again
+    assert made == katib.katib_cache_dir()
+    assert katib.ensure_katib_binaries() == made  # found, not built again
     assert sorted(p.name for p in made.iterdir()) == sorted(
-        [*binaries.KATIB_BINARIES, "SHA256SUMS", "VERSIONS"])
+        [*katib.BINARIES, "SHA256SUMS", "VERSIONS"])
 
 
 def test_katib_image_key_covers_its_program_bytes(tmp_path, monkeypatch):

@@ -2,11 +2,12 @@
 
 Each is images/katib/<name>/Dockerfile on the debootstrapped Debian bookworm base
 (`build.base_ref()`). The four Go programs are built static from github.com/kubeflow/katib
-v0.19.0 (chexflow/localcluster/build/katib/build.sh, cached by
-`chexflow.localcluster.binaries.ensure_katib_binaries`) and copied into the build context beside
-their Dockerfile, so an image's content key covers the binary's bytes. References are
-`chexflow.local/<name>:<key>` (no registry: load the archive, `imagePullPolicy: Never`). Paths
-follow Katib's own images, so Katib's manifests run them (with or without their `command`).
+v0.19.0 (images/katib/build/build.sh, cached by `ensure_katib_binaries` in
+`$CHEXFLOW_K8S_CACHE/katib-<release>-<hash>`, beside the cluster's binaries) and copied into
+the build context beside their Dockerfile, so an image's content key covers the binary's bytes.
+References are `chexflow.local/<name>:<key>` (no registry: load the archive, `imagePullPolicy:
+Never`). Paths follow Katib's own images, so Katib's manifests run them (with or without their
+`command`).
 
 katib-controller
     /app/katib-controller (WORKDIR /app); uid 1000. Ports 8443 (webhooks), 8080 (metrics),
@@ -37,14 +38,22 @@ katib-mysql
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from chexflow.envs import REPO_ROOT
-from chexflow.localcluster.binaries import ensure_katib_binaries
+from chexflow.errors import ChexflowError
 
 KATIB_VERSION = "v0.19.0"
+GO_DIR = REPO_ROOT / "images" / "katib" / "build"
+BINARIES = ("katib-controller", "katib-db-manager", "file-metricscollector",
+            "goptuna-suggestion")
 # image name -> the Go program copied into its context (None: nothing built from Go)
 IMAGES: dict[str, str | None] = {
     "katib-controller": "katib-controller",
@@ -72,3 +81,43 @@ def make_context(name: str, dest: Path, root: Path = REPO_ROOT) -> None:
         os.link(src, dest / binary)
     except OSError:  # another filesystem
         shutil.copy2(src, dest / binary)
+
+
+class KatibBinariesMissing(ChexflowError):
+    """Katib's programs are not built and could not be built."""
+
+
+def katib_cache_dir() -> Path:
+    """Where Katib's binaries live: $CHEXFLOW_K8S_CACHE (~/.cache/chexflow/k8s) /
+    katib-<release>-<10 hex of go.mod + go.sum + build.sh>, as build.sh names it."""
+    go_mod = (GO_DIR / "go.mod").read_text()
+    m = re.search(r"^require github\.com/kubeflow/katib (v\S+)", go_mod, re.M)
+    if not m:
+        raise KatibBinariesMissing(f"{GO_DIR / 'go.mod'}: no `require github.com/kubeflow/katib "
+                                   "vX.Y.Z` line")
+    digest = hashlib.sha256(b"".join((GO_DIR / f).read_bytes()
+                                     for f in ("go.mod", "go.sum", "build.sh")))
+    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
+    return Path(root) / f"katib-{m.group(1)}-{digest.hexdigest()[:10]}"
+
+
+def missing(bin_dir: Path) -> list[str]:
+    return [b for b in BINARIES if not os.access(bin_dir / b, os.X_OK)]
+
+
+def ensure_katib_binaries() -> Path:
+    """The folder with Katib's programs; runs images/katib/build/build.sh when any is missing."""
+    bin_dir = katib_cache_dir()
+    if not missing(bin_dir):
+        return bin_dir
+    script = GO_DIR / "build.sh"
+    print(f"building Katib's programs into {bin_dir} (cold: about 2 min)...", file=sys.stderr,
+          flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(script), str(bin_dir)], stdout=sys.stderr)
+    absent = missing(bin_dir)
+    if proc.returncode != 0 or absent:
+        raise KatibBinariesMissing(f"{script} exited {proc.returncode}; "
+                                   f"missing {', '.join(absent)}")
+    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return bin_dir

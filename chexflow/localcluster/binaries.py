@@ -5,9 +5,9 @@ The cache folder is `$CHEXFLOW_K8S_CACHE/<key>` (default `~/.cache/chexflow/k8s/
 a change of any pinned module or build step builds a fresh set.
 `CHEXFLOW_K8S_BIN` points at a ready folder instead.
 
-The real node's binaries (kubelet, CoreDNS, pause; build/build-node.sh) live beside them in
-`node-<key>`, keyed the same way by the files build-node.sh builds from, and Katib's programs
-(build/katib/build.sh) in `katib-<Katib release>-<hash of katib/go.mod, go.sum, build.sh>`.
+The real node's binaries (kubelet, kube-proxy, CoreDNS, pause; build/build-node.sh) live beside
+them in `node-<key>`, keyed the same way by the files build-node.sh builds from (Katib's programs,
+for its images, too: chexflow.imagebuild.katib).
 """
 
 from __future__ import annotations
@@ -30,9 +30,6 @@ NODE_BUILD_SCRIPT = GO_DIR / "build-node.sh"
 NODE_BINARIES = ("kubelet", "kube-proxy", "coredns", "pause")
 NODE_INPUTS = ("go.mod", "go.sum", "node/go.mod", "node/go.sum", "node/coredns/main.go",
                "build-node.sh")
-KATIB_DIR = GO_DIR / "katib"
-KATIB_BINARIES = ("katib-controller", "katib-db-manager", "file-metricscollector",
-                  "goptuna-suggestion")
 
 
 class BinariesMissing(ChexflowError):
@@ -67,18 +64,6 @@ def node_cache_dir() -> Path:
     """Where the real node's binaries live: node-<release>-<hash of NODE_INPUTS>."""
     digest = hashlib.sha256(b"".join((GO_DIR / f).read_bytes() for f in NODE_INPUTS))
     return cache_dir().parent / f"node-{k8s_version()}-{digest.hexdigest()[:10]}"
-
-
-def katib_cache_dir() -> Path:
-    """Where Katib's binaries live: katib-<release>-<10 hex of go.mod + go.sum + build.sh>."""
-    go_mod = (KATIB_DIR / "go.mod").read_text()
-    m = re.search(r"^require github\.com/kubeflow/katib (v\S+)", go_mod, re.M)
-    if not m:
-        raise BinariesMissing(f"{KATIB_DIR / 'go.mod'}: no `require github.com/kubeflow/katib "
-                              "vX.Y.Z` line")
-    files = ("go.mod", "go.sum", "build.sh")
-    digest = hashlib.sha256(b"".join((KATIB_DIR / f).read_bytes() for f in files))
-    return cache_dir().parent / f"katib-{m.group(1)}-{digest.hexdigest()[:10]}"
 
 
 def missing(bin_dir: Path, names: tuple[str, ...] = BINARIES) -> list[str]:
@@ -121,22 +106,5 @@ def ensure_binaries(build: bool = True) -> Path:
         raise BinariesMissing(
             f"{BUILD_SCRIPT} exited {proc.returncode}; missing {', '.join(missing(bin_dir))}"
         )
-    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    return bin_dir
-
-
-def ensure_katib_binaries() -> Path:
-    """The folder with Katib's programs; runs build/katib/build.sh when any is missing."""
-    bin_dir = katib_cache_dir()
-    if not missing(bin_dir, KATIB_BINARIES):
-        return bin_dir
-    script = KATIB_DIR / "build.sh"
-    print(f"building Katib's programs into {bin_dir} (cold: about 2 min)...", file=sys.stderr,
-          flush=True)
-    start = time.monotonic()
-    proc = subprocess.run(["bash", str(script), str(bin_dir)], stdout=sys.stderr)
-    absent = missing(bin_dir, KATIB_BINARIES)
-    if proc.returncode != 0 or absent:
-        raise BinariesMissing(f"{script} exited {proc.returncode}; missing {', '.join(absent)}")
     print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return bin_dir

@@ -392,8 +392,9 @@ class LocalCluster:
         node_dir = realnode.RealNode(self.state_dir).dir
         kubeconfig = certs.write_kubeconfig(node_dir / "kube-proxy.kubeconfig", self.server, pki,
                                             "kube-proxy")
-        config = kubeproxy.config(node_dir / "kube-proxy.yaml", kubeconfig, realnode.NODE_NAME,
-                                  addr["node_ip"], addr["pod_cidr"], self.ports)
+        config = kubeproxy.config(kubeproxy.config_path(self.state_dir), kubeconfig,
+                                  realnode.NODE_NAME, addr["node_ip"], addr["pod_cidr"],
+                                  self.ports)
         self._spawn("kube-proxy", [f"--config={config}", "--v=1"], exe=exe)
         self._wait_http(f"http://127.0.0.1:{self.ports['kube_proxy_healthz']}/healthz",
                         "kube-proxy", deadline)

@@ -77,19 +77,26 @@ def _holder() -> dict | None:
         return None
 
 
-def _alive(held: dict) -> bool:
-    """The claimant process (still starting its cluster) or the cluster it started lives."""
-    from chexflow.localcluster.controlplane import STATE_FILE, LocalCluster
+def config_path(state_dir: Path) -> Path:
+    """The KubeProxyConfiguration of the cluster in `state_dir` (its kube-proxy's --config)."""
+    return Path(state_dir) / "node" / "kube-proxy.yaml"
 
+
+def _kube_proxy_running(state_dir: Path) -> bool:
+    arg = f"--config={config_path(state_dir)}".encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if arg in cmdline.read_bytes().split(b"\0"):
+                return True
+    return False
+
+
+def _alive(held: dict) -> bool:
+    """The claimant process (still starting its cluster) or the kube-proxy it started lives."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(held["pid"], 0)
         return True
-    if not (Path(held["state_dir"]) / STATE_FILE).exists():
-        return False
-    try:
-        return LocalCluster.attach(Path(held["state_dir"])).running()
-    except (OSError, ValueError, KeyError, ChexflowError):
-        return False
+    return _kube_proxy_running(Path(held["state_dir"]))
 
 
 def holder() -> str | None:
