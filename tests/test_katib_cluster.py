@@ -215,3 +215,14 @@ def test_tune_namespace_without_cluster_is_refused(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "chexflow tune: error: --namespace: applies to --cluster only (a local sweep has none)"]
     assert not (tmp_path / "s").exists()
+
+
+def test_set_null_removes_early_stopping_from_what_is_sent():
+    """`--set spec.earlyStopping=null`: the spec runs without early stopping (a cluster whose
+    katib-config lists no medianstop service refuses the field)."""
+    exp = load_experiment(SPEC, ["spec.earlyStopping=null", "spec.maxTrialCount=2",
+                                 "spec.maxFailedTrialCount=1"])
+    assert exp.early_stopping is None
+    sent = cluster_experiment(exp, "team-a", [], {})
+    assert "earlyStopping" not in sent.raw["spec"] and sent.raw["spec"]["maxTrialCount"] == 2
+    assert "earlyStopping" in load_experiment(SPEC).raw["spec"]

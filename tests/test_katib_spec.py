@@ -177,6 +177,10 @@ def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
 
     launcher = spec["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert launcher["name"] == tt["primaryContainerName"]
+    # Katib's pod webhook refuses any trial pod without a container of that name
+    for replica in spec["spec"]["mpiReplicaSpecs"].values():
+        names = [c["name"] for c in replica["template"]["spec"]["containers"]]
+        assert tt["primaryContainerName"] in names, names
     n, program = split_mpirun(launcher["command"] + launcher["args"], "launcher")
     assert n == spec["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
     assert program[:3] == ["python", "-m", "chexflow.train.worker"]

@@ -143,7 +143,8 @@ def load_experiment(path: Path | str, overrides: list[str] | None = None) -> Exp
 
 
 def apply_override(raw: dict, item: str, source: str = "") -> None:
-    """`spec.maxTrialCount=2` or `spec.parameters[0].feasibleSpace.max=0.1` (YAML value)."""
+    """`spec.maxTrialCount=2` or `spec.parameters[0].feasibleSpace.max=0.1` (YAML value);
+    `null` removes a mapping's field (`spec.earlyStopping=null`: no early stopping)."""
     key, sep, value = item.partition("=")
     if not sep or not key:
         raise SpecError(f"--set {item!r}: expected PATH=VALUE, e.g. spec.maxTrialCount=4")
@@ -161,7 +162,9 @@ def apply_override(raw: dict, item: str, source: str = "") -> None:
         else:
             if not isinstance(node, dict):
                 raise SpecError(f"{source}: --set {key}: {tok!r} is not a field of a mapping")
-            if last:
+            if last and yaml.safe_load(value) is None:
+                node.pop(tok, None)
+            elif last:
                 node[tok] = yaml.safe_load(value)
             else:
                 node = node.setdefault(tok, {})
