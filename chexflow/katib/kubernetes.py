@@ -56,6 +56,8 @@ COUNTERS = (("running", "trialsRunning"), ("succeeded", "trialsSucceeded"),
             ("metrics-unavailable", "trialMetricsUnavailable"))
 OPTIONAL_COUNTERS = (("pending", "trialsPending"), ("killed", "trialsKilled"))
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+# Katib's webhook, for an earlyStopping algorithm katib-config does not list
+NO_EARLY_STOPPING_SERVICE = "unable to get EarlyStopping config data"
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -285,7 +287,11 @@ class ClusterSweep:
             if getattr(e, "status", None) == 409:
                 raise ClusterError(f"{self.where} already exists: delete it or change "
                                    f"metadata.name") from e
-            raise ClusterError(f"creating {self.where}: {_api_message(e)}") from e
+            message = _api_message(e)
+            if NO_EARLY_STOPPING_SERVICE in message:
+                message += ("; run it without early stopping with --set spec.earlyStopping=null, "
+                            "or list that algorithm in katib-config's earlyStopping")
+            raise ClusterError(f"creating {self.where}: {message}") from e
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """An API read; 429/5xx and connection errors are retried until the deadline."""
