@@ -388,3 +388,22 @@ def test_a_deleted_or_failed_worker_pod_is_reported_once_and_named_in_the_failur
     b.note_workers("t", [worker("a")])
     b.note_workers("t", [worker("c")])
     assert list(b._incidents.values()) == ["worker pod t-worker-1 was deleted and created again"]
+
+
+def test_a_failure_after_mpirun_lost_a_worker_names_that_worker_in_its_first_line():
+    """A worker pod killed mid-run: OpenMPI's mpirun loses its daemon there and the launcher
+    fails; with no retry left, the error's first line says which worker was lost."""
+    lost = ("Connection to t-worker-1.t.team-a.svc closed by remote host.\n" + "-" * 74 +
+            "\nORTE has lost communication with a remote daemon.\n\n  HNP daemon   : "
+            "[[16327,0],0] on node t-launcher\n  Remote daemon: [[16327,0],2] on node "
+            "t-worker-1.t.team-a.svc\n\nThis is usually due to either a failure of the TCP\n")
+    fake = RecordedRequestFakeKubeApi(
+        scripts={"t": [["Created", "Running"], ["Created", "Failed"]]},
+        failures={"t": ("BackoffLimitExceeded", "Job has reached the specified backoff limit")})
+    b, _ = backend(fake)
+    b.log_tail = lambda kind, name: lost  # the pod log as the API serves it (the fake's is repr)
+    with pytest.raises(JobFailed) as err:
+        b.run(train_spec("t", backoff_limit=0))
+    assert str(err.value).splitlines()[0] == (
+        "MPIJob team-a/t failed (BackoffLimitExceeded: Job has reached the specified backoff "
+        "limit); mpirun lost its ranks on t-worker-1.t.team-a.svc")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -200,7 +201,9 @@ class KubernetesBackend:
             reason = cond.get("reason", "")
             message = f"{kind} {self.namespace}/{spec.name} failed"
             message += f" ({reason}: {cond.get('message', '')})" if reason else ""
-            message += "".join(f"; {incident}" for incident in self._incidents.values())
+            lost = _lost_rank(tail)
+            incidents = [*self._incidents.values(), *([lost] if lost else [])]
+            message += "".join(f"; {incident}" for incident in dict.fromkeys(incidents))
             if events:
                 message += "\nevents:\n" + "\n".join(events)
             error = JobTimeout if reason == "DeadlineExceeded" else JobFailed
@@ -395,9 +398,10 @@ class KubernetesBackend:
                     except ApiException:
                         tail = ""
                     self._failed_attempts[key] = tail
+                    lost = _lost_rank(tail)
                     self._log(name, f"attempt {len(self._failed_attempts)} failed in pod "
                                     f"{pod.metadata.name} (exit code {how.exit_code}: "
-                                    f"{how.reason or 'Error'})")
+                                    f"{how.reason or 'Error'})" + (f": {lost}" if lost else ""))
 
     def log_tail(self, kind: str, name: str) -> str:
         """The last lines of the launcher pod's log (MPIJob) or the job pod's log."""
@@ -526,6 +530,14 @@ def _pod_end(pod) -> str:
             f" {s.state.terminated.reason or ''}".rstrip()
             for s in pod.status.container_statuses or [] if s.state and s.state.terminated]
     return "; ".join(ends) or "no container status"
+
+
+def _lost_rank(log: str) -> str | None:
+    """OpenMPI's mpirun saying it lost the daemon of a worker (its pod was killed or deleted):
+    'mpirun lost its ranks on HOST', or None."""
+    match = re.search(r"ORTE has lost communication with a remote daemon\.\s+HNP daemon.*\n"
+                      r"\s*Remote daemon\s*:.* on node (\S+)", log)
+    return f"mpirun lost its ranks on {match.group(1)}" if match else None
 
 
 def _one_line(text: str) -> str:

@@ -169,11 +169,12 @@ def test_worker_pod_killed_with_backoff_limit_0_fails_the_mpijob_and_the_step_sa
         _, err = _finish(proc, timeout=600)
     assert proc.returncode == 2, err
     assert "Traceback" not in err
-    assert "[kill] worker pod kill-worker-1 was deleted" in err, err
     first = err[err.index("chexflow mpijob: error: "):].splitlines()[0]
     assert first.startswith(f"chexflow mpijob: error: MPIJob {ns}/kill failed ("), first
     assert "BackoffLimitExceeded" in first, first
-    assert "; worker pod kill-worker-1 was deleted" in first, first
+    # the backend saw the worker go (between two polls, or not: then mpirun's own report)
+    assert ("; worker pod kill-worker-1 was deleted" in first
+            or f"; mpirun lost its ranks on kill-worker-1.kill.{ns}.svc" in first), first
     _delete_kill_job(k8s_api, ns)
 
 
