@@ -196,6 +196,7 @@ def check_sweep(custom, katib_namespace: str, name: str, state: Path, data: Path
         # each trial trained in its own run folder on the claim, two Horovod workers
         metrics = json.loads((data / "runs" / "katib" / row["trial"] / "metrics.json").read_text())
         assert metrics["workers"] == 2 and metrics["image_size"] == 32, metrics
+        assert row["val_auroc"] == pytest.approx(metrics["val_auroc"], rel=1e-4)  # collected
     assert [t["spec"]["runSpec"]["kind"] for t in trials] == ["MPIJob", "MPIJob"]
     for path in ("results.csv", "results.html", "objective.png", "experiment.json"):
         assert (state / path).stat().st_size > 0
