@@ -6,6 +6,7 @@ launcher, and the command writes the local runner's results from what Katib reco
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -83,15 +84,21 @@ def katib_data(katib_cluster, katib_namespace, tmp_path) -> Iterator[tuple[str, 
     core.delete_persistent_volume(pv)
 
 
-def tune_cluster(namespace: str, name: str, state: Path, *extra: str,
-                 timeout: float = 1500) -> subprocess.CompletedProcess:
-    """`chexflow tune chexnet-random.yaml --cluster` as a user runs it (Experiment names are
-    unique on the cluster: Katib's suggestion controller lists trials by label everywhere)."""
+def tune(cluster, spec: Path, namespace: str, state: Path, *extra: str,
+         timeout: float = 1500) -> subprocess.CompletedProcess:
+    """`chexflow tune SPEC --cluster` as a user runs it, with KUBECONFIG the Katib cluster's."""
     return subprocess.run(
-        [*CHEXFLOW, "tune", str(SPEC), "--cluster", "--namespace", namespace, "--state",
-         str(state), "--poll-interval", "5", "--timeout", str(timeout),
-         "--set", f"metadata.name={name}", *extra],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout + 120)
+        [*CHEXFLOW, "tune", str(spec), "--cluster", "--namespace", namespace, "--state",
+         str(state), "--poll-interval", "3", "--timeout", str(timeout), *extra],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout + 120,
+        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})
+
+
+def tune_cluster(cluster, namespace: str, name: str, state: Path,
+                 *extra: str) -> subprocess.CompletedProcess:
+    """chexnet-random.yaml (Experiment names are unique on the cluster: Katib's suggestion
+    controller lists trials by label everywhere)."""
+    return tune(cluster, SPEC, namespace, state, "--set", f"metadata.name={name}", *extra)
 
 
 def _experiments(api, namespace: str) -> list[dict]:
@@ -106,7 +113,7 @@ def test_medianstop_is_refused_with_katibs_message_and_the_way_out(
     """This Katib lists no early-stopping service: the spec as shipped is refused by Katib's
     webhook in one line that names --set spec.earlyStopping=null, and nothing is created."""
     name = f"chexnet-es-{katib_namespace[-5:]}"
-    proc = tune_cluster(katib_namespace, name, tmp_path / "state",
+    proc = tune_cluster(katib_cluster, katib_namespace, name, tmp_path / "state",
                         "--set", "spec.maxTrialCount=2", "--set", "spec.maxFailedTrialCount=1")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = proc.stderr.splitlines()
@@ -131,7 +138,7 @@ def test_a_namespace_without_katibs_injection_label_is_refused_with_katibs_messa
     ns = f"k-unlabelled-{tmp_path.name[-5:].lower().strip('-_')}"
     core.create_namespace({"metadata": {"name": ns}})
     try:
-        proc = tune_cluster(ns, "chexnet-nolabel", tmp_path / "state", "--dry-run",
+        proc = tune_cluster(katib_cluster, ns, "chexnet-nolabel", tmp_path / "state", "--dry-run",
                             *tiny("chexflow.local/trainer:unused"))
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.splitlines() == [
@@ -151,7 +158,7 @@ def test_chexnet_random_runs_on_real_katib_with_mpijob_trials_on_real_pods(
     claim, data = katib_data
     name = f"chexnet-random-{katib_namespace[-5:]}"
     state = tmp_path / "state"
-    proc = tune_cluster(katib_namespace, name, state, *tiny(katib_trainer_image),
+    proc = tune_cluster(katib_cluster, katib_namespace, name, state, *tiny(katib_trainer_image),
                         "--volume", f"data={claim}")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     check_sweep(client.CustomObjectsApi(katib_cluster.api_client()), katib_namespace, name,
@@ -240,10 +247,7 @@ def test_a_failing_trial_and_one_without_the_metric_are_reported_as_katib_counts
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(_job_spec(name, katib_base_image, script)))
     state = tmp_path / "state"
-    proc = subprocess.run(
-        [*CHEXFLOW, "tune", str(spec), "--cluster", "--namespace", katib_namespace, "--state",
-         str(state), "--poll-interval", "2", "--timeout", "600"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=720)
+    proc = tune(katib_cluster, spec, katib_namespace, state, timeout=600)
     out = proc.stdout
     katibs = _experiments(katib_cluster.api_client(), katib_namespace)[0]["status"]
     results = json.loads((state / "results.json").read_text())
