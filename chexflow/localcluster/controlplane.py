@@ -258,7 +258,10 @@ class LocalCluster:
         with open(log, "ab") as out:
             proc = subprocess.Popen([exe, *args], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
-                                    env={**os.environ, **(env or {})},
+                                    # its own kubeconfig: mpi-operator lets KUBECONFIG
+                                    # override --kubeConfig (a caller's may name another cluster)
+                                    env={**os.environ, "KUBECONFIG": str(self.kubeconfig),
+                                         **(env or {})},
                                     preexec_fn=die_with_parent() if self.die_with_parent else None)
         self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log)}
         self.save()

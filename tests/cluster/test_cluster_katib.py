@@ -97,6 +97,15 @@ def test_a_killed_katib_starter_leaves_no_iptables_rule_claim_or_bridge(tmp_path
         time.sleep(0.5)
 
 
+def test_the_katib_clusters_mpi_operator_talks_to_its_own_apiserver(katib_cluster):
+    """Started in a session whose KUBECONFIG names another cluster (the k8s_cluster fixture's),
+    mpi-operator, which lets KUBECONFIG override --kubeConfig, still gets this cluster's."""
+    pid = katib_cluster.processes["mpi-operator"]["pid"]
+    environ = dict(item.split("=", 1) for item in
+                   Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in item)
+    assert environ["KUBECONFIG"] == str(katib_cluster.kubeconfig)
+
+
 def test_katib_controller_db_manager_and_mysql_pods_are_ready_on_the_real_node(katib_cluster):
     from kubernetes import client
 
