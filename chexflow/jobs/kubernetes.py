@@ -83,13 +83,13 @@ class Blocker:
     unschedulable: bool = False
 
 
-class _Terminated(BaseException):
+class Terminated(BaseException):
     """SIGTERM arrived (a BaseException, so no `except Exception` on the way swallows it)."""
 
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises _Terminated in the main thread (once: SIGTERM is ignored
+    """While inside, SIGTERM raises Terminated in the main thread (once: SIGTERM is ignored
     while the job is being deleted); the previous handler is restored afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -97,7 +97,7 @@ def sigterm_raises() -> Iterator[None]:
 
     def handler(signum, frame) -> None:
         _ignore_sigterm()
-        raise _Terminated
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
@@ -181,12 +181,12 @@ class KubernetesBackend:
                 # Timed out, unschedulable, stopped (SIGTERM, Ctrl-C) or broken: do not leave
                 # the job running; a SIGTERM now must not cut the deletion short.
                 _ignore_sigterm()
-                if isinstance(e, _Terminated):
+                if isinstance(e, Terminated):
                     self._log(spec.name, f"SIGTERM: deleting {kind}/{spec.name}")
                 elif not isinstance(e, JobFailed):
                     self._log(spec.name, f"interrupted: deleting {kind}/{spec.name}")
                 self.delete(kind, spec.name)
-                if isinstance(e, _Terminated):
+                if isinstance(e, Terminated):
                     raise JobCancelled(f"stopped by SIGTERM: deleted {kind} {self.namespace}/"
                                        f"{spec.name} and its pods") from None
                 raise

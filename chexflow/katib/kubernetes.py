@@ -29,11 +29,12 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chexflow.errors import ChexflowError
+from chexflow.jobs.kubernetes import Terminated, sigterm_raises
 from chexflow.katib.experiment import Experiment
 from chexflow.katib.results import optimal_entry, trial_line, write_results
 from chexflow.katib.spec import SpecError, parse_experiment
@@ -67,10 +68,6 @@ class ClusterError(ChexflowError):
 
 class ExperimentStopped(ChexflowError):
     """`chexflow tune --cluster` was stopped or timed out; the Experiment was deleted."""
-
-
-class _Terminated(BaseException):
-    """SIGTERM arrived (a BaseException: no `except Exception` on the way swallows it)."""
 
 
 def custom_objects_api(api_client=None):
@@ -245,24 +242,6 @@ def progress_line(exp: Experiment, obj: dict) -> str:
 
 
 # ---- following the Experiment ------------------------------------------------------------------
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises _Terminated in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the deletion must not be cut short
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 class ClusterSweep:
     """One Experiment on the cluster: created, followed, results written, deleted if stopped."""
 
@@ -351,13 +330,13 @@ class ClusterSweep:
 
     def run(self) -> tuple[dict, list[TrialRecord], dict]:
         """Follow the created Experiment; delete it when stopped or timed out."""
-        with _sigterm_raises():
+        with sigterm_raises():
             try:
                 return self.follow()
-            except (_Terminated, KeyboardInterrupt, TimeoutError) as e:
+            except (Terminated, KeyboardInterrupt, TimeoutError) as e:
                 if threading.current_thread() is threading.main_thread():
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # deleting: not cut short
-                why = {_Terminated: "stopped by SIGTERM", KeyboardInterrupt: "interrupted",
+                why = {Terminated: "stopped by SIGTERM", KeyboardInterrupt: "interrupted",
                        TimeoutError: f"not finished after {self.timeout:.0f} s"}[type(e)]
                 self.delete()
                 line = f"{why}: deleted {self.where} and its trials"
