@@ -388,6 +388,17 @@ def test_a_deleted_or_failed_worker_pod_is_reported_once_and_named_in_the_failur
     b.note_workers("t", [worker("a")])
     b.note_workers("t", [worker("c")])
     assert list(b._incidents.values()) == ["worker pod t-worker-1 was deleted and created again"]
+    # a worker gone between two polls (grace period 0) and not created again yet is reported;
+    # an empty pod list (the API did not answer) tells nothing
+    launcher = V1Pod(metadata=V1ObjectMeta(name="t-launcher-x", uid="l",
+                                           labels={LAUNCHER_ROLE_LABEL: "launcher"}))
+    b._incidents, b._workers = {}, {}
+    b.note_workers("t", [worker("a"), launcher])
+    b.note_workers("t", [])
+    assert b._incidents == {}
+    b.note_workers("t", [launcher])
+    b.note_workers("t", [worker("d"), launcher])
+    assert list(b._incidents.values()) == ["worker pod t-worker-1 was deleted"]
 
 
 def test_a_failure_after_mpirun_lost_a_worker_names_that_worker_in_its_first_line():

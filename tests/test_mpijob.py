@@ -272,3 +272,27 @@ def test_katib_trial_specs_carry_what_render_puts_in_an_mpijob(path):
 def worker_requests_of(obj: dict) -> dict:
     return obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
         "resources"]["requests"]
+
+
+def test_workers_are_ready_when_their_sshd_listens_in_renders_and_katib_specs():
+    """WaitForWorkersReady starts the launcher once the workers are Ready; a tcpSocket probe on
+    the image's sshd port makes Ready mean 'mpirun's ssh gets through' (not 'container started')."""
+    import re
+
+    from chexflow.jobs.render import SSH_PORT
+
+    dockerfile = (REPO_ROOT / "images" / "trainer" / "Dockerfile").read_text()
+    assert f"ARG SSH_PORT={SSH_PORT}\n" in dockerfile
+    probe = {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 1, "failureThreshold": 1}
+    obj = render_mpijob(spec())
+    assert obj["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert pods(obj)["worker"]["spec"]["containers"][0]["readinessProbe"] == probe
+    assert "readinessProbe" not in pods(obj)["launcher"]["spec"]["containers"][0]
+    validate_mpijob(obj, CRD)
+    for path in sorted((REPO_ROOT / "katib" / "specs").glob("*.yaml")):
+        job = yaml.safe_load(path.read_text())["spec"]["trialTemplate"]["trialSpec"]
+        worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        assert worker["readinessProbe"] == probe, path.name
+        assert job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady", path.name
+    assert re.search(r"^Port @PORT@$", (REPO_ROOT / "images/trainer/sshd_config").read_text(),
+                     re.M)

@@ -335,10 +335,18 @@ class KubernetesBackend:
 
     def note_workers(self, name: str, pods: list) -> None:
         """Report, once each, a worker pod that is deleted (mpi-operator creates it again) or
-        that failed; the lines also go into the job's failure message."""
-        for pod in pods:
-            if (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL) != "worker":
-                continue
+        that failed; the lines also go into the job's failure message. A worker seen before
+        and gone now (deleted at once, grace period 0, and not created again yet) counts as
+        deleted: mpi-operator deletes workers only after the job's Failed or Succeeded
+        condition, which ends the polling first."""
+        workers = [p for p in pods
+                   if (p.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL) == "worker"]
+        if pods:  # an empty list may be an API error: then nothing is known to be gone
+            listed = {p.metadata.name for p in workers}
+            for pod_name, uid in self._workers.items():
+                if pod_name not in listed:
+                    self._incident(name, uid, f"worker pod {pod_name} was deleted")
+        for pod in workers:
             pod_name, uid = pod.metadata.name, pod.metadata.uid
             previous = self._workers.get(pod_name)
             self._workers[pod_name] = uid

@@ -13,6 +13,7 @@ The data PVC is mounted in launcher and workers; /dev/shm is a memory emptyDir o
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from chexflow.container_images import launcher_image, trainer_image
@@ -37,6 +38,10 @@ LAUNCHER_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
 # The trainer image runs as user chexflow with sshd on port 2222 (images/trainer/Dockerfile).
 SSH_AUTH_MOUNT_PATH = "/home/chexflow/.ssh"
 WORKER_COMMAND = ["/usr/sbin/sshd", "-De", "-f", "/home/chexflow/.sshd_config"]
+SSH_PORT = 2222  # the trainer image's sshd port (images/trainer/Dockerfile, SSH_PORT)
+# A worker is Ready when its sshd accepts connections: with launcherCreationPolicy
+# WaitForWorkersReady the launcher's mpirun then never finds a worker that refuses ssh.
+WORKER_READINESS = {"tcpSocket": {"port": SSH_PORT}, "periodSeconds": 1, "failureThreshold": 1}
 
 
 def image_for(environment: str) -> str:
@@ -167,6 +172,7 @@ def render_mpijob(
     worker = _container(
         spec, "worker", image, list(WORKER_COMMAND), worker_resources(spec), mounts, options
     )
+    worker["readinessProbe"] = copy.deepcopy(WORKER_READINESS)
     run_policy: dict[str, Any] = {
         "cleanPodPolicy": clean_pod_policy,
         "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,

@@ -8,7 +8,8 @@ end, and write the local runner's results from its Trials.
   `--trial-arg` that replaces a `${trialParameters.X}` leaves X unused, which Katib refuses).
 - While it runs: one line per change of the Experiment's trial counters (with the best trial so
   far, status.currentOptimalTrial), and one line per Trial that ends, with its condition's
-  message when it Failed, had no metrics or was stopped.
+  message when it Failed (and the last lines of its primary container's log), had no metrics
+  or was stopped.
 - At the end: results.{json,csv,html}, objective.png and optimal.json by the same writers as a
   local sweep (results.py), from each Trial's parameterAssignments and status.observation;
   optimal.json is status.currentOptimalTrial. experiment.json keeps the Experiment as read.
@@ -57,6 +58,8 @@ COUNTERS = (("running", "trialsRunning"), ("succeeded", "trialsSucceeded"),
             ("metrics-unavailable", "trialMetricsUnavailable"))
 OPTIONAL_COUNTERS = (("pending", "trialsPending"), ("killed", "trialsKilled"))
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+TRIAL_LOG_LINES = 8  # log lines shown under a Failed trial
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"  # mpi-operator's (and the training operator's)
 # Katib's webhook, for an earlyStopping algorithm katib-config does not list
 NO_EARLY_STOPPING_SERVICE = "unable to get EarlyStopping config data"
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -294,15 +297,49 @@ class ClusterSweep:
         return obj, trial_records(items)
 
     def report(self, obj: dict, trials: list[TrialRecord], last: str | None) -> str:
-        """Lines for trials that ended since the last look and for changed counters."""
+        """Lines for trials that ended since the last look (a Failed one with the last lines
+        of its primary container's log) and for changed counters."""
         for rec in trials:
             if rec.status in COMPLETED and self.shown.get(rec.name) != rec.status:
                 self.shown[rec.name] = rec.status
                 self.echo(trial_line(self.exp, rec))
+                if rec.status == "Failed":
+                    for line in self.log_tail(rec.name):
+                        self.echo(f"  | {line}")
         line = progress_line(self.exp, obj)
         if line != last:
             self.echo(line)
         return line
+
+    def log_tail(self, trial: str, lines: int = TRIAL_LOG_LINES) -> list[str]:
+        """The last lines of the trial's primary container (the attempt that failed when the
+        kubelet restarted it), as `kubectl logs [--previous]` shows them; none when its pod is
+        gone (a Job deletes a restarting pod once past its backoffLimit)."""
+        from kubernetes import client
+
+        tt = self.exp.trial_template
+        container = tt.get("primaryContainerName")
+        primary = tt.get("primaryPodLabels") or {}
+        core = client.CoreV1Api(self.api.api_client)
+        for selector in (f"{JOB_NAME_LABEL}={trial}", f"job-name={trial}"):
+            try:
+                pods = core.list_namespaced_pod(self.ns, label_selector=selector).items
+            except Exception:
+                return []
+            pods = [p for p in pods if primary.items() <= (p.metadata.labels or {}).items()]
+            for pod in sorted(pods, key=lambda p: p.metadata.creation_timestamp, reverse=True):
+                restarted = any(c.name == container and c.restart_count
+                                for c in (pod.status and pod.status.container_statuses) or [])
+                for previous in ((False, True) if restarted else (False,)):
+                    try:
+                        text = core.read_namespaced_pod_log(
+                            pod.metadata.name, self.ns, container=container,
+                            tail_lines=lines, previous=previous)
+                    except Exception:
+                        continue
+                    if text.strip():
+                        return [ln for ln in text.splitlines() if ln.strip()][-lines:]
+        return []
 
     def follow(self) -> tuple[dict, list[TrialRecord], dict]:
         """Wait for Succeeded or Failed; returns the Experiment, its Trials and that condition."""

@@ -257,6 +257,10 @@ def test_a_failing_trial_and_one_without_the_metric_are_reported_as_katib_counts
     assert any(line.startswith(f"trial {row['trial']} {status}: lr=") for line in
                out.splitlines()), out
     assert any(line.startswith("trials: ") and counter in line for line in out.splitlines())
+    if status == "Failed":  # under its line, the end of the trial pod's log (kubectl logs)
+        lines = out.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"trial {row['trial']}"))
+        assert "  | no data" in lines[at + 1:at + 1 + 8], out
     assert results["condition"]["type"] in ("Succeeded", "Failed")
     assert proc.returncode == (0 if results["condition"]["type"] == "Succeeded" else 1)
     key = {"Failed": "trialsFailed", "MetricsUnavailable": "trialMetricsUnavailable"}[status]
