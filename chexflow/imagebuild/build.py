@@ -250,7 +250,22 @@ def _podman_build(name: str, key: str, dockerfile: Path, context: Path, args: di
     for old in images.glob(f"{name}-*.tar"):
         old.unlink(missing_ok=True)
     partial.rename(archive)
+    _drop_older_builds(podman, name, ref)
     return BuiltImage(name, ref, archive, time.monotonic() - start, cached=False)
+
+
+def _drop_older_builds(podman: Podman, name: str, ref: str) -> None:
+    """Remove the other tags of `chexflow.local/<name>` from podman's storage, and the layers
+    only they used (a trainer build is ~3 GB; the archive of the newest is the cache)."""
+    try:
+        listed = podman.run("images", "--format", "{{.Repository}}:{{.Tag}}",
+                            f"{LOCAL_REGISTRY}/{name}", quiet=True).stdout.split()
+        older = [r for r in listed if r != ref]
+        if older:
+            podman.run("rmi", *older, quiet=True)
+        podman.run("image", "prune", "--force", quiet=True)
+    except ImageBuildError as e:  # in use by a build beside this one: kept, and said so
+        print(f"chexflow images: older {name} images kept: {e}", file=sys.stderr, flush=True)
 
 
 def base_archive() -> BuiltImage:
