@@ -44,7 +44,7 @@ def backend(fake: RecordedRequestFakeKubeApi, **kw) -> tuple[KubernetesBackend, 
     clock = FakeClock()
     b = KubernetesBackend(
         namespace="team-a", api_client=fake.api_client(), poll_seconds=5, stream=out,
-        sleep=clock.sleep, clock=clock, **kw,
+        sleep=clock.sleep, clock=clock, watch=False, **kw,
     )
     return b, out
 

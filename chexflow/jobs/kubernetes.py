@@ -134,6 +134,7 @@ class KubernetesBackend:
         stream: TextIO | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        watch: bool = True,
     ):
         if delete_policy not in DELETE_POLICIES:
             raise ChexflowError(f"delete_policy must be one of {DELETE_POLICIES}")
@@ -157,6 +158,8 @@ class KubernetesBackend:
         self.stream = stream or sys.stdout
         self.sleep = sleep
         self.clock = clock
+        self.watch = watch  # follow pod events between polls (off: sleep)
+        self._pods_version: str | None = None  # resourceVersion of the last pod list
 
     # --- public ---------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> dict[str, Any]:
@@ -297,7 +300,43 @@ class KubernetesBackend:
                     + (f"; cannot start: {why}" if why else "") + "); it was deleted",
                     self.log_tail(kind, name),
                 )
+            self.pause(kind, name)
+
+    def pause(self, kind: str, name: str) -> None:
+        """Wait poll_seconds while following the job's pod events from the last list's
+        resourceVersion (a watch, as controllers do): a worker deleted and created again
+        between two polls, or a launcher attempt whose pod the Job controller deletes at once
+        (backoffLimit reached), is seen all the same. Without a watch: sleep."""
+        from kubernetes import watch
+
+        if not self.watch or not self._pods_version:
             self.sleep(self.poll_seconds)
+            return
+        end = self.clock() + self.poll_seconds
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                    self.core.list_namespaced_pod, self.namespace,
+                    label_selector=self._pod_selector(kind, name),
+                    resource_version=self._pods_version,
+                    timeout_seconds=max(1, round(self.poll_seconds)),
+                    _request_timeout=self.poll_seconds + 10):
+                pod = event["object"]
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED") and pod.metadata:
+                    self._pods_version = pod.metadata.resource_version
+                    if (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL) == "worker":
+                        self._note_worker(name, pod, deleted=event["type"] == "DELETED")
+                    else:
+                        self.note_failed_attempts(kind, name, [pod])
+                if self.clock() >= end:
+                    break
+        except Exception:  # 410 Gone, a dropped connection: the next list starts over
+            self._pods_version = None
+        finally:
+            stream.stop()
+        left = end - self.clock()
+        if left > 0:
+            self.sleep(left)
 
     def _cannot_start(self, kind: str, name: str, b: Blocker, waited: float) -> JobCannotStart:
         job = f"{kind} {self.namespace}/{name}"
@@ -347,16 +386,19 @@ class KubernetesBackend:
                 if pod_name not in listed:
                     self._incident(name, uid, f"worker pod {pod_name} was deleted")
         for pod in workers:
-            pod_name, uid = pod.metadata.name, pod.metadata.uid
-            previous = self._workers.get(pod_name)
-            self._workers[pod_name] = uid
-            if previous and previous != uid:
-                self._incident(name, previous, f"worker pod {pod_name} was deleted and created "
-                                               f"again")
-            if pod.metadata.deletion_timestamp:
-                self._incident(name, uid, f"worker pod {pod_name} was deleted")
-            elif pod.status and pod.status.phase == "Failed":
-                self._incident(name, uid, f"worker pod {pod_name} failed ({_pod_end(pod)})")
+            self._note_worker(name, pod)
+
+    def _note_worker(self, name: str, pod, deleted: bool = False) -> None:
+        pod_name, uid = pod.metadata.name, pod.metadata.uid
+        previous = self._workers.get(pod_name)
+        self._workers[pod_name] = uid
+        if previous and previous != uid:
+            self._incident(name, previous, f"worker pod {pod_name} was deleted and created "
+                                           f"again")
+        if deleted or pod.metadata.deletion_timestamp:
+            self._incident(name, uid, f"worker pod {pod_name} was deleted")
+        elif pod.status and pod.status.phase == "Failed":
+            self._incident(name, uid, f"worker pod {pod_name} failed ({_pod_end(pod)})")
 
     def _incident(self, name: str, key: str, message: str) -> None:
         if key not in self._incidents:
@@ -367,13 +409,18 @@ class KubernetesBackend:
         """The job's pods (launcher and workers), or none when the API does not answer."""
         from kubernetes.client.rest import ApiException
 
-        selector = f"{JOB_NAME_LABEL}={name}" if kind == "MPIJob" else f"job-name={name}"
         try:
-            return self._call(
-                self.core.list_namespaced_pod, self.namespace, label_selector=selector
-            ).items
+            listed = self._call(self.core.list_namespaced_pod, self.namespace,
+                                label_selector=self._pod_selector(kind, name))
         except ApiException:
+            self._pods_version = None
             return []
+        self._pods_version = listed.metadata.resource_version if listed.metadata else None
+        return listed.items
+
+    @staticmethod
+    def _pod_selector(kind: str, name: str) -> str:
+        return f"{JOB_NAME_LABEL}={name}" if kind == "MPIJob" else f"job-name={name}"
 
     def note_failed_attempts(self, kind: str, name: str, pods: list) -> None:
         """Report each launcher (or Job pod) attempt that failed, once, and keep its log tail:
