@@ -304,8 +304,13 @@ class ClusterSweep:
                 self.shown[rec.name] = rec.status
                 self.echo(trial_line(self.exp, rec))
                 if rec.status == "Failed":
-                    for line in self.log_tail(rec.name):
+                    tail = self.log_tail(rec.name)
+                    for line in tail:
                         self.echo(f"  | {line}")
+                    if not tail and not self.exp.trial_template.get("retain"):
+                        self.echo("  (its log went with its pods: Katib deletes a finished "
+                                  "trial's job; --set spec.trialTemplate.retain=true keeps it "
+                                  "for kubectl logs)")
         line = progress_line(self.exp, obj)
         if line != last:
             self.echo(line)
@@ -314,7 +319,7 @@ class ClusterSweep:
     def log_tail(self, trial: str, lines: int = TRIAL_LOG_LINES) -> list[str]:
         """The last lines of the trial's primary container (the attempt that failed when the
         kubelet restarted it), as `kubectl logs [--previous]` shows them; none when its pod is
-        gone (a Job deletes a restarting pod once past its backoffLimit)."""
+        gone (Katib deletes a finished trial's job unless trialTemplate.retain)."""
         from kubernetes import client
 
         tt = self.exp.trial_template

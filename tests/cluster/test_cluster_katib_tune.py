@@ -31,6 +31,7 @@ def tiny(image: str) -> list[str]:
     return ["--set", "spec.maxTrialCount=2", "--set", "spec.parallelTrialCount=1",
             "--set", "spec.maxFailedTrialCount=1",
             "--set", "spec.earlyStopping=null",
+            "--set", "spec.trialTemplate.retain=true",  # a failed trial's log is shown
             "--set", f"{LAUNCHER}.image={image}", "--set", f"{WORKER}.image={image}",
             "--set", f"{WORKER}.resources={{requests: {{cpu: 250m, memory: 1Gi}}, "
                      "limits: {memory: 3Gi}}", *TRIAL_ARGS]
@@ -210,9 +211,9 @@ def check_sweep(custom, katib_namespace: str, name: str, state: Path, data: Path
     assert f"experiment {name}: Succeeded" in stdout
 
 
-def _job_spec(name: str, image: str, script: str) -> dict:
+def _job_spec(name: str, image: str, script: str, retain: bool = False) -> dict:
     """One-trial Experiment whose trial is a batch Job running `script` (after a pause: Katib's
-    collector must find the main process still running)."""
+    collector must find the main process still running); `retain` keeps the trial's Job."""
     return {
         "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": name},
         "spec": {
@@ -223,7 +224,7 @@ def _job_spec(name: str, image: str, script: str) -> dict:
             "parameters": [{"name": "lr", "parameterType": "double",
                             "feasibleSpace": {"min": "0.001", "max": "0.1"}}],
             "trialTemplate": {
-                "primaryContainerName": "main",
+                "primaryContainerName": "main", "retain": retain,
                 "trialParameters": [{"name": "lr", "reference": "lr"}],
                 "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {
                     "backoffLimit": 0, "template": {"spec": {
@@ -245,7 +246,8 @@ def test_a_failing_trial_and_one_without_the_metric_are_reported_as_katib_counts
 
     name = f"{case}-{katib_namespace[-5:]}"
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(_job_spec(name, katib_base_image, script)))
+    spec.write_text(yaml.safe_dump(_job_spec(name, katib_base_image, script,
+                                             retain=status == "Failed")))
     state = tmp_path / "state"
     proc = tune(katib_cluster, spec, katib_namespace, state, timeout=600)
     out = proc.stdout
