@@ -311,6 +311,9 @@ class ClusterSweep:
                         self.echo("  (its log went with its pods: Katib deletes a finished "
                                   "trial's job; --set spec.trialTemplate.retain=true keeps it "
                                   "for kubectl logs)")
+                    elif not tail:
+                        self.echo("  (its log went with its pod: a Job deletes a restarting "
+                                  "pod once past its backoffLimit)")
         line = progress_line(self.exp, obj)
         if line != last:
             self.echo(line)
