@@ -96,7 +96,7 @@ def sigterm_raises() -> Iterator[None]:
         return
 
     def handler(signum, frame) -> None:
-        _ignore_sigterm()
+        ignore_sigterm()
         raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
@@ -106,7 +106,7 @@ def sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _ignore_sigterm() -> None:
+def ignore_sigterm() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
@@ -183,7 +183,7 @@ class KubernetesBackend:
             except BaseException as e:
                 # Timed out, unschedulable, stopped (SIGTERM, Ctrl-C) or broken: do not leave
                 # the job running; a SIGTERM now must not cut the deletion short.
-                _ignore_sigterm()
+                ignore_sigterm()
                 if isinstance(e, Terminated):
                     self._log(spec.name, f"SIGTERM: deleting {kind}/{spec.name}")
                 elif not isinstance(e, JobFailed):

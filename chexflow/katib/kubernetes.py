@@ -27,15 +27,14 @@ import contextlib
 import copy
 import json
 import re
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.jobs.kubernetes import Terminated, sigterm_raises
+from chexflow.jobs.kubernetes import Terminated, ignore_sigterm, sigterm_raises
+from chexflow.jobs.render import JOB_NAME_LABEL
 from chexflow.katib.experiment import Experiment
 from chexflow.katib.results import optimal_entry, trial_line, write_results
 from chexflow.katib.spec import SpecError, parse_experiment
@@ -59,7 +58,6 @@ COUNTERS = (("running", "trialsRunning"), ("succeeded", "trialsSucceeded"),
 OPTIONAL_COUNTERS = (("pending", "trialsPending"), ("killed", "trialsKilled"))
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 TRIAL_LOG_LINES = 8  # log lines shown under a Failed trial
-JOB_NAME_LABEL = "training.kubeflow.org/job-name"  # mpi-operator's (and the training operator's)
 # Katib's webhook, for an earlyStopping algorithm katib-config does not list
 NO_EARLY_STOPPING_SERVICE = "unable to get EarlyStopping config data"
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -304,20 +302,25 @@ class ClusterSweep:
                 self.shown[rec.name] = rec.status
                 self.echo(trial_line(self.exp, rec))
                 if rec.status == "Failed":
-                    tail = self.log_tail(rec.name)
-                    for line in tail:
-                        self.echo(f"  | {line}")
-                    if not tail and not self.exp.trial_template.get("retain"):
-                        self.echo("  (its log went with its pods: Katib deletes a finished "
-                                  "trial's job; --set spec.trialTemplate.retain=true keeps it "
-                                  "for kubectl logs)")
-                    elif not tail:
-                        self.echo("  (its log went with its pod: a Job deletes a restarting "
-                                  "pod once past its backoffLimit)")
+                    self.report_log(rec.name)
         line = progress_line(self.exp, obj)
         if line != last:
             self.echo(line)
         return line
+
+    def report_log(self, trial: str) -> None:
+        """The failed trial's last log lines, or where its log went."""
+        tail = self.log_tail(trial)
+        for line in tail:
+            self.echo(f"  | {line}")
+        if tail:
+            return
+        if self.exp.trial_template.get("retain"):
+            self.echo("  (its log went with its pod: a Job deletes a restarting pod once past "
+                      "its backoffLimit)")
+        else:
+            self.echo("  (its log went with its pods: Katib deletes a finished trial's job; "
+                      "--set spec.trialTemplate.retain=true keeps it for kubectl logs)")
 
     def log_tail(self, trial: str, lines: int = TRIAL_LOG_LINES) -> list[str]:
         """The last lines of the trial's primary container (the attempt that failed when the
@@ -379,8 +382,7 @@ class ClusterSweep:
             try:
                 return self.follow()
             except (Terminated, KeyboardInterrupt, TimeoutError) as e:
-                if threading.current_thread() is threading.main_thread():
-                    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # deleting: not cut short
+                ignore_sigterm()  # deleting: not cut short
                 why = {Terminated: "stopped by SIGTERM", KeyboardInterrupt: "interrupted",
                        TimeoutError: f"not finished after {self.timeout:.0f} s"}[type(e)]
                 self.delete()
