@@ -116,14 +116,20 @@ def test_tune_job_on_a_cluster_runs_as_the_tune_account_with_the_runs_pvc_as_the
     spec, job_target = tune_job(str(SPEC), target, {"data": "/srv/pvc/runs/r7/data",
                                                     "image-size": 64})
     argv = spec.command
-    assert argv[:4] == ["chexflow", "tune", str(SPEC), "--cluster"]
+    # the pod reads the spec from the run's folder on the PVC (tune_step copies it there)
+    assert argv[:4] == ["chexflow", "tune", "/srv/pvc/runs/r7/katib-experiment.yaml", "--cluster"]
     assert argv[argv.index("--volume") + 1] == "data=run-pvc"
+    assert argv[argv.index("--namespace") + 1] == "team-a"  # the run's, not the spec's
     assert argv[argv.index("--set") + 1] == "metadata.name=chexnet-random-r7"  # one per run
     assert "--trial-arg" in argv and "data=/mnt/chexflow/runs/r7/data" in argv
     assert "image-size=64" in argv
+    # trials write into the run's folder (the spec's default, runs/katib, is not the run's)
+    assert "out=/mnt/chexflow/runs/r7/tune/trials/${trialParameters.trialName}" in argv
     job = render(spec, "team-a", service_account=job_target.service_account)
     pod = job["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "chexflow-tune"
+    # it waits on the API server: half a core, beside the trials on a small node
+    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}
     rbac = [d for d in yaml.safe_load_all((SPEC.parent.parent / "rbac.yaml").read_text()) if d]
     assert {d["metadata"]["name"] for d in rbac} == {"chexflow-tune"}
     assert target.service_account == ""  # the other steps' target is unchanged

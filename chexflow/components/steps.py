@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,13 @@ NOT_TUNABLE = ("data", "out")
 # The tune step on a cluster: its job's service account (katib/rbac.yaml) and the trialSpec
 # volume that becomes the run's PVC (katib/specs mount it as `data`).
 TUNE_SERVICE_ACCOUNT, TUNE_VOLUME = "chexflow-tune", "data"
+# On a cluster the tune Job's pod reads the spec from the run's shared folder, not the step's.
+TUNE_SPEC_COPY = "katib-experiment.yaml"
+# A trial's output folder under WORKDIR/tune/trials on a cluster (the run's folder, which the
+# images' user may write; Katib substitutes the trial's name).
+TRIAL_OUT = "/${trialParameters.trialName}"
+# The tune Job's pod only talks to the API server: half a core, not a training step's share.
+TUNE_CPU, TUNE_MEMORY = "500m", "1Gi"
 # Where the shared data PVC is mounted, in the component pods and in the MPIJob/Job pods.
 MOUNT_PATH = "/mnt/chexflow"
 
@@ -249,12 +257,15 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
     WORKDIR/tune). `trial_args` ({"data": DIR, "image-size": 64, ...}) set those options in
     every trial's command (`--trial-arg`): the pipeline's own data and model; `extra_args` are
     more `chexflow tune` options, after them (a user's `--trial-arg` wins). On kubernetes the
-    job runs as TUNE_SERVICE_ACCOUNT (katib/rbac.yaml), the Experiment is named per run (two
-    runs of one spec do not collide), the trialSpec volume TUNE_VOLUME becomes the run's PVC
-    (`--volume`), and `data` is given as the trial pods see it there."""
+    job runs as TUNE_SERVICE_ACCOUNT (katib/rbac.yaml) and reads the spec from WORKDIR's copy
+    (TUNE_SPEC_COPY, written by `tune_step`: the pod has no other path to it), the Experiment is
+    created in the run's namespace (not the spec's) and named per run (two runs of one spec do
+    not collide), the trialSpec volume TUNE_VOLUME becomes the run's PVC (`--volume`), `data`
+    is given as the trial pods see it there, and each trial writes under WORKDIR/tune/trials."""
     mode = "--local" if target.backend == "local" else "--cluster"
     trial_args = dict(trial_args or {})
     cluster: list[str] = []
+    job_spec_path = spec_path
     if target.backend == "kubernetes":
         from chexflow.katib.kubernetes import on_trial_volume
         from chexflow.katib.spec import NAME_MAX, load_experiment
@@ -264,18 +275,21 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
             if "data" in trial_args:
                 trial_args["data"] = on_trial_volume(exp, TUNE_VOLUME, target.mount_path,
                                                      str(trial_args["data"]))
+            trial_args["out"] = on_trial_volume(exp, TUNE_VOLUME, target.mount_path,
+                                                target.path("tune", "trials")) + TRIAL_OUT
         except ChexflowError as e:
             raise StepError(str(e)) from None
         name = target.job_name(exp.name[:NAME_MAX - 9])  # room for "-" and the run's 8
-        cluster = ["--set", f"metadata.name={name}",
+        cluster = ["--namespace", target.namespace, "--set", f"metadata.name={name}",
                    "--volume", f"{TUNE_VOLUME}={target.data_pvc}"]
         target = dataclasses.replace(target, service_account=TUNE_SERVICE_ACCOUNT)
+        job_spec_path = target.path(TUNE_SPEC_COPY)
     sets = [a for k, v in trial_args.items() for a in ("--trial-arg", f"{k}={v}")]
     spec = JobSpec(
         name=target.job_name("tune"), environment="control",
-        command=["chexflow", "tune", spec_path, mode, "--state", target.path("tune"),
+        command=["chexflow", "tune", job_spec_path, mode, "--state", target.path("tune"),
                  "--no-progress", *cluster, *sets, *(extra_args or [])],
-        cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
+        cpu=TUNE_CPU, memory=TUNE_MEMORY, volumes=target.volumes(),
         timeout_seconds=target.timeout_seconds,
     )
     return spec, target
@@ -286,6 +300,9 @@ def tune_step(spec_path: str, target: Target, trial_args: dict[str, Any] | None 
     """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib;
     `tune_job`) and return its optimal.json: {"trial", "parameters", "metrics"}."""
     spec, job_target = tune_job(spec_path, target, trial_args, extra_args)
+    if target.backend == "kubernetes":
+        Path(target.workdir).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(spec_path, target.path(TUNE_SPEC_COPY))
     job_target.run(spec)
     optimal = Path(target.path("tune")) / "optimal.json"
     if not optimal.exists():

@@ -94,18 +94,25 @@ def real_namespace(k8s_api, k8s_namespace, tmp_path) -> Iterator[tuple[str, Path
     data = tmp_path / "data"
     data.mkdir()
     data.chmod(0o777)  # the image's user (uid 1000) writes here
-    pv = f"{k8s_namespace}-data"
+    pv = hostpath_claim(core, k8s_namespace, "data", data)
+    yield k8s_namespace, data
+    core.delete_persistent_volume(pv)
+
+
+def hostpath_claim(core, namespace: str, claim: str, folder: Path) -> str:
+    """PersistentVolumeClaim `claim` in `namespace` bound to a hostPath PersistentVolume of
+    `folder` (ReadWriteMany); returns the volume's name (delete it after the namespace)."""
+    pv = f"{namespace}-{claim}"
     core.create_persistent_volume({
         "metadata": {"name": pv},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                 "storageClassName": "", "hostPath": {"path": str(data), "type": "Directory"},
-                 "claimRef": {"namespace": k8s_namespace, "name": "data"}}})
-    core.create_namespaced_persistent_volume_claim(k8s_namespace, {
-        "metadata": {"name": "data"},
+                 "storageClassName": "", "hostPath": {"path": str(folder), "type": "Directory"},
+                 "claimRef": {"namespace": namespace, "name": claim}}})
+    core.create_namespaced_persistent_volume_claim(namespace, {
+        "metadata": {"name": claim},
         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
                  "resources": {"requests": {"storage": "1Gi"}}}})
-    yield k8s_namespace, data
-    core.delete_persistent_volume(pv)
+    return pv
 
 
 @pytest.fixture(scope="session")
@@ -153,3 +160,26 @@ def katib_base_image(katib_cluster) -> str:
     image = base_archive()
     RealNode(katib_cluster.state_dir).import_image(image.archive)
     return image.ref
+
+
+def _katib_image(katib_cluster, name: str) -> str:
+    from chexflow.imagebuild.build import build_image
+    from chexflow.localcluster.realnode import RealNode
+
+    image = build_image(name)
+    RealNode(katib_cluster.state_dir).import_image(image.archive)
+    return image.ref
+
+
+@pytest.fixture(scope="session")
+def katib_trainer_image(katib_cluster) -> str:
+    """The trainer image (images/trainer/Dockerfile built on the Debian base, cached by
+    content), loaded into the Katib cluster's real node."""
+    return _katib_image(katib_cluster, "trainer")
+
+
+@pytest.fixture(scope="session")
+def katib_launcher_image(katib_cluster) -> str:
+    """The launcher image (images/launcher/Dockerfile: the control environment), loaded into
+    the Katib cluster's real node."""
+    return _katib_image(katib_cluster, "launcher")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chexflow.envs import REPO_ROOT
+from tests.cluster.conftest import hostpath_claim
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -42,18 +43,6 @@ TRIAL_ARGS = ["--trial-arg", "epochs=1", "--trial-arg", "image-size=32",
         "--trial-arg", "threads=1"]
 
 
-@pytest.fixture(scope="session")
-def katib_trainer_image(katib_cluster) -> str:
-    """The trainer image (images/trainer/Dockerfile built on the Debian base, cached by
-    content), loaded into the Katib cluster's real node."""
-    from chexflow.imagebuild.build import build_image
-    from chexflow.localcluster.realnode import RealNode
-
-    image = build_image("trainer")
-    RealNode(katib_cluster.state_dir).import_image(image.archive)
-    return image.ref
-
-
 @pytest.fixture
 def katib_data(katib_cluster, katib_namespace, tmp_path) -> Iterator[tuple[str, Path]]:
     """PersistentVolumeClaim `sweep-data` on a fresh host folder (returned) holding
@@ -72,16 +61,7 @@ def katib_data(katib_cluster, katib_namespace, tmp_path) -> Iterator[tuple[str, 
                  "--image-size", "32", "--split", "60/35/5"]):
         subprocess.run([*CHEXFLOW, *cmd], check=True, cwd=REPO_ROOT, capture_output=True)
     core = client.CoreV1Api(katib_cluster.api_client())
-    pv = f"{katib_namespace}-data"
-    core.create_persistent_volume({
-        "metadata": {"name": pv},
-        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                 "storageClassName": "", "hostPath": {"path": str(data), "type": "Directory"},
-                 "claimRef": {"namespace": katib_namespace, "name": "sweep-data"}}})
-    core.create_namespaced_persistent_volume_claim(katib_namespace, {
-        "metadata": {"name": "sweep-data"},
-        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
-                 "resources": {"requests": {"storage": "1Gi"}}}})
+    pv = hostpath_claim(core, katib_namespace, "sweep-data", data)
     yield "sweep-data", data
     core.delete_persistent_volume(pv)
 
