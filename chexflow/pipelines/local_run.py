@@ -18,10 +18,13 @@ summary (chexflow.pipelines.console); `verbose` also shows every step's output.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,37 @@ SYNTH_IMAGES, SYNTH_SEED = 400, 0
 
 class PipelineRunFailed(ChexflowError):
     """A local pipeline run ended with a failed task."""
+
+
+class Stopped(BaseException):
+    """SIGTERM arrived while no step was running (a BaseException, as KeyboardInterrupt: kfp's
+    own `except Exception` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def steps_stopped_by_sigterm() -> Iterator[list[int]]:
+    """While the pipeline runs, SIGTERM to this process goes on to the running steps (kfp.local's
+    subprocesses), which delete the jobs they created, as when a KFP run is terminated; the run
+    then fails. Between steps it stops the run at once. Without this, SIGTERM ends only this
+    process, and a step waiting on a cluster job dies of its closed output pipe before it can
+    delete the job. Yields the list of SIGTERMs received."""
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        children = [int(pid) for task in Path("/proc/self/task").glob("*/children")
+                    for pid in task.read_text().split()]
+        if not children:
+            raise Stopped()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = False) -> Path:
@@ -172,12 +206,14 @@ def run_local(name: str, out: Path | None, data: Path | None, overrides: dict[st
     console = Console(log_dir, verbose, arguments.get("epochs"))
     started = time.monotonic()
     try:
-        with step_logs(console):
+        with step_logs(console), steps_stopped_by_sigterm() as stopped:
             build(name, mount_path=str(mount_path) if mount_path else None)(**arguments)
-    except RuntimeError as e:
+    except (RuntimeError, Stopped) as e:
         step = console.failed
-        where = f" at step {step.name}; its log: {step.log}" if step else f": {e}"
-        raise PipelineRunFailed(f"pipeline {name} failed{where}; outputs so far: {run_dir}") \
+        how = "stopped by SIGTERM" if stopped else "failed"
+        where = f" at step {step.name}; its log: {step.log}" if step else (
+            "" if stopped else f": {e}")
+        raise PipelineRunFailed(f"pipeline {name} {how}{where}; outputs so far: {run_dir}") \
             from None
     tasks = collect_outputs(kfp_root)
     summary = {

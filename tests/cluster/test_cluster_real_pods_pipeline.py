@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,45 @@ def test_chexnet_train_runs_its_jobs_as_real_pods_sharing_the_pvc_folder(
     assert any("-launcher" in p for p in train_pods), train_pods
     train_log = (run_dir / "logs" / "train-op.log").read_text()
     assert "MPIJob/train-w2-" in train_log and "val_auroc=" in train_log, train_log[-3000:]
+
+
+@pytest.mark.timeout(900)
+def test_sigterm_to_chexflow_run_reaches_the_running_step_which_deletes_its_job(
+        k8s_api, real_namespace, trainer_image):
+    """`kill PID` of `chexflow run` (not its process group) while the preprocess Job runs: the
+    step gets the SIGTERM too and deletes its Job and pods before the run ends, in one line."""
+    from kubernetes import client
+
+    ns, shared = real_namespace
+    batch, core = client.BatchV1Api(k8s_api), client.CoreV1Api(k8s_api)
+    proc = subprocess.Popen(
+        [*CHEXFLOW, "run", "chexnet-train", "--backend", "kubernetes", "--namespace", ns,
+         "--data-pvc", "data", "--pvc-host-path", str(shared), "--trainer-image", trainer_image,
+         "--image-size", "64", "--timeout-seconds", "600"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not batch.list_namespaced_job(ns).items:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 2, out + err
+    assert err.splitlines()[-1].startswith(
+        "chexflow run: error: pipeline chexnet-train stopped by SIGTERM at step preprocess-op; "
+        "its log: "), err
+    assert "Traceback" not in err
+    (run_dir,) = (shared / "runs").glob("chexnet-train-*")
+    log = (run_dir / "logs" / "preprocess-op.log").read_text()
+    assert "SIGTERM: deleting Job/preprocess-" in log, log[-3000:]
+    assert not batch.list_namespaced_job(ns).items
+    deadline = time.monotonic() + 60
+    while core.list_namespaced_pod(ns).items:
+        assert time.monotonic() < deadline, [p.metadata.name for p in
+                                             core.list_namespaced_pod(ns).items]
+        time.sleep(0.5)
