@@ -63,20 +63,20 @@ class Stopped(BaseException):
 
 @contextlib.contextmanager
 def steps_stopped_by_sigterm() -> Iterator[list[int]]:
-    """While the pipeline runs, SIGTERM to this process goes on to the running steps (kfp.local's
-    subprocesses), which delete the jobs they created, as when a KFP run is terminated; the run
-    then fails. Between steps it stops the run at once. Without this, SIGTERM ends only this
-    process, and a step waiting on a cluster job dies of its closed output pipe before it can
-    delete the job. Yields the list of SIGTERMs received."""
+    """While the pipeline runs, SIGTERM to this process goes on to every process below it: the
+    running steps (a component's Python runs under `sh -ec`, which dies at once) delete the jobs
+    they created, as when a KFP run is terminated, and the run then fails. Between steps it
+    stops the run at once. Without this, SIGTERM ends only this process, and a step waiting on
+    a cluster job dies of its closed output pipe before it can delete the job. Yields the list
+    of SIGTERMs received."""
     received: list[int] = []
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
-        children = [int(pid) for task in Path("/proc/self/task").glob("*/children")
-                    for pid in task.read_text().split()]
-        if not children:
+        running = descendants(os.getpid())
+        if not running:
             raise Stopped()
-        for pid in children:
+        for pid in running:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
 
@@ -85,6 +85,16 @@ def steps_stopped_by_sigterm() -> Iterator[list[int]]:
         yield received
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc: children of each of its threads)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in map(int, task.read_text().split()):
+                out += [child, *descendants(child)]
+    return out
 
 
 def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = False) -> Path:
