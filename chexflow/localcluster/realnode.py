@@ -42,6 +42,8 @@ CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "chexflow.local/pause:3.10"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 CONTAINERD = "/usr/bin/containerd"
+# the node cgroup's weight against the host's processes: its cores, as a node of its own has
+NODE_CPU_SHARES = (os.cpu_count() or 1) * 1024
 DEBIAN_PACKAGES = "containerd runc containernetworking-plugins iproute2 (images/install-system.sh)"
 
 
@@ -274,7 +276,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     def make_cgroups(self) -> None:
         """The kubelet's cgroupRoot in every cgroup v1 hierarchy (cpuset: the parent's CPUs
-        and memory nodes), as the kubelet requires it to exist."""
+        and memory nodes), as the kubelet requires it to exist. Its cpu.shares is the node's
+        cores x 1024 (NODE_CPU_SHARES), as the kubelet gives `kubepods` on a node of its own:
+        with the default 1024, all the pods together would weigh what one host process weighs
+        whenever other processes here want the cores."""
         for top in Path("/sys/fs/cgroup").iterdir():
             if not (top / "cgroup.procs").exists():
                 continue
@@ -283,6 +288,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             for knob in ("cpuset.cpus", "cpuset.mems"):
                 if (d / knob).exists() and not (d / knob).read_text().strip():
                     (d / knob).write_text((top / knob).read_text())
+            if (d / "cpu.shares").exists():
+                (d / "cpu.shares").write_text(str(NODE_CPU_SHARES))
 
     # ---- images --------------------------------------------------------------------------------
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:

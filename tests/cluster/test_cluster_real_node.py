@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
 import sys
 import time
@@ -144,6 +145,9 @@ def test_a_second_cluster_runs_beside_and_its_stop_leaves_nothing_behind(
         running = _host_state(node)
         assert running["bridge"] and running["mounts"] and running["processes"]
         assert running["cgroups"] and running["run_dir"]
+        # the node's pods weigh what the machine's cores weigh against the host's processes
+        shares = Path("/sys/fs/cgroup/cpu", node.cgroup_root.lstrip("/"), "cpu.shares")
+        assert int(shares.read_text()) == realnode.NODE_CPU_SHARES == (os.cpu_count() or 1) * 1024
     finally:
         second.stop()
     _wait_clean(node, timeout=5)
