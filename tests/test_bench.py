@@ -230,3 +230,16 @@ def test_gpu_sweep_runs_amp_and_xla_and_writes_its_report(nih_tfrecords, tmp_pat
     table = (tmp_path / "report" / "bench-gpu.md").read_text()
     assert "| resnet50 | 4 | on | on | TFRecords |" in table
     assert (tmp_path / "report" / "bench-gpu.png").stat().st_size > 0
+
+
+def test_katib_overhead_timings_read_the_trials_own_marks(tmp_path):
+    from chexflow.bench.katib_cluster import timings
+    from chexflow.bench.real_pods import RealPodsError
+
+    log = tmp_path / "trials.log"
+    log.write_text("start 102.0\nend 105.0\nstart 107.5\nend 110.5\nstart 111.5\nend 114.5\n")
+    first, gap = timings(log, 100.0, 3)
+    assert first == pytest.approx(2.0)
+    assert gap == pytest.approx((2.5 + 1.0) / 2)
+    with pytest.raises(RealPodsError, match=r"trials.log: 3 trial starts and 3 ends, expected 4"):
+        timings(log, 100.0, 4)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
-ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods")
+ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,8 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, help="runs of each side (default 3; --quick 1)")
     p.add_argument("--kubeconfig", type=Path,
                    help="real-pods (an MPIJob on a local cluster's real node against local "
-                   "horovodrun, only when named): the kubeconfig of a running `chexflow cluster "
-                   "up --real-node` (default: the bench starts a cluster of its own)")
+                   "horovodrun) and katib-cluster (the real Katib's per-trial overhead against "
+                   "the local runner's), only when named: the kubeconfig of a running "
+                   "`chexflow cluster up --real-node` (--katib for katib-cluster; default: the "
+                   "bench starts a cluster of its own)")
     p.set_defaults(func=run_bench)
 
 
@@ -81,6 +83,11 @@ def run_bench(args: argparse.Namespace) -> int:
         results += training.horovod_options(work, data, "resnet50", size, batch, steps, repeats)
     if "katib" in wanted:
         results.append(katib_overhead.run(work / "katib", 5 if quick else 20, repeats))
+    if "katib-cluster" in wanted:
+        from chexflow.bench import katib_cluster
+
+        results += katib_cluster.run(work / "katib-cluster", 3 if quick else 5, repeats,
+                                     args.kubeconfig)
     extra, sections = {"quick": quick, "repeats": repeats}, []
     if "allreduce-account" in wanted:
         extra["allreduce_account"] = allreduce.account(work, data, "resnet50", size, batch, steps,

@@ -238,9 +238,10 @@ def _wait_pods_gone(core, namespace: str, job: str, timeout: float = 120) -> Non
 
 
 @contextlib.contextmanager
-def cluster(work: Path, kubeconfig: Path | None) -> Iterator[tuple[object, Path, dict]]:
-    """(API client, state folder, what it took): the running cluster of `kubeconfig`, else one
-    started here (stopped afterwards)."""
+def cluster(work: Path, kubeconfig: Path | None,
+            katib: bool = False) -> Iterator[tuple[object, Path, dict]]:
+    """(API client, state folder, what it took): the running cluster of `kubeconfig` (with a
+    real node, and Katib if `katib`), else one started here (stopped afterwards)."""
     from kubernetes import config
 
     from chexflow.localcluster.controlplane import LocalCluster
@@ -251,16 +252,19 @@ def cluster(work: Path, kubeconfig: Path | None) -> Iterator[tuple[object, Path,
             running = LocalCluster.attach(state_dir)
         except ChexflowError:
             running = None
-        if running is None or not running.real_node or not running.running():
+        flag, what = ("--katib", "Katib") if katib else ("--real-node", "a real node")
+        if running is None or not running.real_node or not running.running() or (
+                katib and not running.katib):
             raise RealPodsError(f"--kubeconfig {kubeconfig}: not the kubeconfig of a running "
-                                "`chexflow cluster up --real-node` (its cluster.json, beside "
-                                "it, must record a real node)")
+                                f"`chexflow cluster up {flag}` (its cluster.json, beside it, "
+                                f"must record {what})")
         yield config.new_client_from_config(config_file=str(kubeconfig)), state_dir, {
             "cluster": f"running, from {kubeconfig}"}
         return
     start = time.monotonic()
-    local = LocalCluster(work / "cluster", nodes=1, die_with_parent=True, real_node=True)
-    local.start(timeout=300)
+    local = LocalCluster(work / "cluster", nodes=1, die_with_parent=True, real_node=True,
+                         katib=katib)
+    local.start(timeout=600 if katib else 300)
     setup = {"cluster": "started by the bench",
              "cluster_start_s": round(time.monotonic() - start, 1)}
     try:
