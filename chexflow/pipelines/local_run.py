@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,9 @@ def steps_stopped_by_sigterm() -> Iterator[list[int]]:
     a cluster job dies of its closed output pipe before it can delete the job. Yields the list
     of SIGTERMs received."""
     received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+        yield received
+        return
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
