@@ -60,6 +60,8 @@ TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 TRIAL_LOG_LINES = 8  # log lines shown under a Failed trial
 # Katib's webhook, for an earlyStopping algorithm katib-config does not list
 NO_EARLY_STOPPING_SERVICE = "unable to get EarlyStopping config data"
+# ... and for a suggestion algorithm it does not list
+NO_SUGGESTION_SERVICE = "unable to get Suggestion config data"
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -271,6 +273,10 @@ class ClusterSweep:
             if NO_EARLY_STOPPING_SERVICE in message:
                 message += ("; run it without early stopping with --set spec.earlyStopping=null, "
                             "or list that algorithm in katib-config's earlyStopping")
+            if NO_SUGGESTION_SERVICE in message:
+                message += ("; this Katib has no suggestion service for that algorithm: pick one "
+                            "its katib-config lists under suggestions, or add the algorithm's "
+                            "service there")
             raise ClusterError(f"creating {self.where}: {message}") from e
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

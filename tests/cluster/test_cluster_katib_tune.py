@@ -110,6 +110,24 @@ def test_medianstop_is_refused_with_katibs_message_and_the_way_out(
     assert not (tmp_path / "state").exists()
 
 
+def test_an_algorithm_without_a_suggestion_service_is_refused_with_katibs_message(
+        katib_cluster, katib_namespace, tmp_path):
+    """bayesianoptimization (Katib's service is Python, not deployed here): Katib's webhook
+    refuses it; --cluster passes the line on with what to do, and creates nothing."""
+    name = f"chexnet-bo-{katib_namespace[-5:]}"
+    proc = tune_cluster(katib_cluster, katib_namespace, name, tmp_path / "state", "--dry-run",
+                        "--set", "spec.algorithm.algorithmName=bayesianoptimization",
+                        "--set", "spec.earlyStopping=null")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert ('spec.algorithm.algorithmName: Invalid value: "bayesianoptimization": unable to get '
+            "Suggestion config data for algorithm bayesianoptimization") in line, line
+    assert line.endswith("; this Katib has no suggestion service for that algorithm: pick one "
+                         "its katib-config lists under suggestions, or add the algorithm's "
+                         "service there"), line
+    assert not _experiments(katib_cluster.api_client(), katib_namespace)
+
+
 def test_a_namespace_without_katibs_injection_label_is_refused_with_katibs_message(
         katib_cluster, tmp_path):
     """Without katib.kubeflow.org/metrics-collector-injection=enabled Katib's own webhook
@@ -145,6 +163,35 @@ def test_chexnet_random_runs_on_real_katib_with_mpijob_trials_on_real_pods(
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     check_sweep(client.CustomObjectsApi(katib_cluster.api_client()), katib_namespace, name,
                 state, data, proc.stdout)
+    same_space_locally(state, tmp_path / "local")
+
+
+def same_space_locally(cluster_state: Path, local_state: Path) -> None:
+    """The same spec and sets through the local runner (same algorithm and seed; trivial
+    trials): one reader loads both results, with the same parameter names, in the spec's
+    order, the same types, and every value in the spec's space."""
+    from chexflow.katib.results import load_results
+    from chexflow.katib.spec import load_experiment
+
+    sets = ["spec.maxTrialCount=2", "spec.parallelTrialCount=1", "spec.earlyStopping=null"]
+    local = subprocess.run(
+        [*CHEXFLOW, "tune", str(SPEC), "--local", "--state", str(local_state), "--no-progress",
+         *(a for s in sets for a in ("--set", s)), "--trial-command",
+         "echo val_auroc=0.7 images_per_sec=1 val_loss=0.5"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+    spec = load_experiment(SPEC, sets)
+    params = [p.name for p in spec.parameters]
+    loaded = {"cluster": load_results(cluster_state), "local": load_results(local_state)}
+    types = {}
+    for where, results in loaded.items():
+        assert len(results["trials"]) == 2, where
+        for t in results["trials"]:
+            assert [k for k in t if k in params] == params, (where, t)
+            assert all(p.contains(t[p.name]) for p in spec.parameters), (where, t)
+        types[where] = [{k: type(t[k]).__name__ for k in params} for t in results["trials"]]
+    assert types["cluster"] == types["local"] == [
+        {"lr": "float", "batch-size": "int", "optimizer": "str", "weight-decay": "float"}] * 2
 
 
 def check_sweep(custom, katib_namespace: str, name: str, state: Path, data: Path,
