@@ -173,7 +173,8 @@ def same_space_locally(cluster_state: Path, local_state: Path) -> None:
     from chexflow.katib.results import load_results
     from chexflow.katib.spec import load_experiment
 
-    sets = ["spec.maxTrialCount=2", "spec.parallelTrialCount=1", "spec.earlyStopping=null"]
+    sets = ["spec.maxTrialCount=2", "spec.parallelTrialCount=1", "spec.maxFailedTrialCount=1",
+            "spec.earlyStopping=null"]
     local = subprocess.run(
         [*CHEXFLOW, "tune", str(SPEC), "--local", "--state", str(local_state), "--no-progress",
          *(a for s in sets for a in ("--set", s)), "--trial-command",
