@@ -30,6 +30,12 @@ NODES = 4
 GPUS_PER_NODE = 8
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked before_katib_cluster run first: the session's Katib cluster holds the
+    machine's one kube-proxy until the session ends, whichever module first asks for it."""
+    items.sort(key=lambda item: item.get_closest_marker("before_katib_cluster") is None)
+
+
 @pytest.fixture(scope="session")
 def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     go_path = "/usr/local/go/bin:" + os.environ.get("PATH", "")

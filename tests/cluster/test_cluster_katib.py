@@ -67,10 +67,11 @@ def _kube_rules() -> list[str]:
             if "KUBE-" in line]
 
 
+@pytest.mark.before_katib_cluster
 def test_a_killed_katib_starter_leaves_no_iptables_rule_claim_or_bridge(tmp_path):
     """SIGKILL to the process starting a --katib cluster once kube-proxy has written its rules:
     the reaper stops the cluster, removes every KUBE-* rule and chain and frees the claim.
-    (Runs before the module's Katib cluster: one kube-proxy per machine.)"""
+    (Runs before the session's Katib cluster: one kube-proxy per machine.)"""
     from chexflow.localcluster import kubeproxy
 
     deadline = time.monotonic() + 900
