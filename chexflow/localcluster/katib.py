@@ -7,8 +7,9 @@ ConfigMap and the experiment/pod webhooks, whose certificate Katib's own cert ge
 The manifests are Katib's own, read from the Katib Go module as crds.py reads the CRDs
 (`manifests/v1beta1/components/...`), with these changes: images are the ones
 chexflow.imagebuild builds (`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run
-with their own entrypoints, mysql keeps its data in an emptyDir, and katib-config lists only what
-runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion service for random, tpe,
+with their own entrypoints, mysql keeps its data in an emptyDir, db-manager gets a readiness
+probe (gRPC on its port, as its liveness probe: Ready then means serving), and katib-config
+lists only what runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion service for random, tpe,
 cmaes and sobol, and the File/StdOut metrics collector.
 
 katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
@@ -20,6 +21,7 @@ metrics collector there) and, on this cluster, realnode.namespace_annotations().
 from __future__ import annotations
 
 import copy
+import socket
 import time
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from chexflow.localcluster import crds, realnode
 NAMESPACE = "kubeflow"
 INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
 CONTROLLER, DB_MANAGER, MYSQL = "katib-controller", "katib-db-manager", "katib-mysql"
+DB_MANAGER_PORT = 6789
 COLLECTOR, GOPTUNA = "katib-file-metricscollector", "katib-suggestion-goptuna"
 IMAGES = (CONTROLLER, DB_MANAGER, COLLECTOR, GOPTUNA, MYSQL)
 GOPTUNA_ALGORITHMS = ("random", "tpe", "cmaes", "sobol")
@@ -75,7 +78,9 @@ def katib_config(refs: dict[str, str]) -> dict:
 
 
 def _adapt(doc: dict, refs: dict[str, str]) -> dict:
-    """Katib's manifest with our images (own entrypoints, never pulled) and no PVC."""
+    """Katib's manifest with our images (own entrypoints, never pulled), no PVC, and a
+    readiness probe for db-manager (Katib's has only a liveness probe, so its pod counts as
+    Ready, and its Service routes to it, seconds before it listens: it waits for MySQL first)."""
     doc = copy.deepcopy(doc)
     if doc.get("kind") != "Deployment":
         return doc
@@ -84,6 +89,8 @@ def _adapt(doc: dict, refs: dict[str, str]) -> dict:
         c["image"] = refs[c["name"]]
         c["imagePullPolicy"] = "Never"
         c.pop("command", None)
+        if c["name"] == DB_MANAGER and "readinessProbe" not in c:
+            c["readinessProbe"] = {"grpc": {"port": DB_MANAGER_PORT}, "periodSeconds": 2}
     for v in pod.get("volumes", []):
         if "persistentVolumeClaim" in v:
             del v["persistentVolumeClaim"]
@@ -137,6 +144,7 @@ def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     for name in (MYSQL, DB_MANAGER, CONTROLLER):
         wait_available(cluster, name, deadline)
+    wait_service(cluster, DB_MANAGER, DB_MANAGER_PORT, deadline)
     wait_webhook(cluster, deadline)
 
 
@@ -159,6 +167,25 @@ def wait_available(cluster, name: str, deadline: float) -> None:
                           for s in p.status.container_statuses or []) for p in pods]
     raise KatibError(f"Deployment {NAMESPACE}/{name} not Available: "
                      f"{' | '.join(states) or 'no pod'} "
+                     f"(kubectl -n {NAMESPACE} logs deploy/{name})")
+
+
+def wait_service(cluster, name: str, port: int, deadline: float) -> None:
+    """Until Service kubeflow/<name> accepts a TCP connection at its ClusterIP (from this host,
+    through kube-proxy's rules, as pods reach it)."""
+    from kubernetes import client
+
+    ip = client.CoreV1Api(cluster.api_client()).read_namespaced_service(
+        name, NAMESPACE).spec.cluster_ip
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((ip, port), timeout=2).close()
+            return
+        except OSError as e:
+            last = str(e)
+        time.sleep(1)
+    raise KatibError(f"Service {NAMESPACE}/{name} at {ip}:{port} not reachable: {last} "
                      f"(kubectl -n {NAMESPACE} logs deploy/{name})")
 
 

@@ -118,6 +118,11 @@ def test_katib_controller_db_manager_and_mysql_pods_are_ready_on_the_real_node(k
     for pod in ready.values():
         assert pod.spec.node_name == realnode.NODE_NAME
         assert pod.spec.containers[0].image.startswith("chexflow.local/katib-")
+    # Ready means serving: db-manager listens only once MySQL answers
+    db_manager = ready["db-manager"]
+    assert db_manager.spec.containers[0].readiness_probe.grpc.port == katib.DB_MANAGER_PORT
+    assert "Start Katib manager" in core.read_namespaced_pod_log(db_manager.metadata.name,
+                                                                 katib.NAMESPACE)
 
 
 def test_a_pod_resolves_and_reaches_clusterip_services_through_kube_proxy(
