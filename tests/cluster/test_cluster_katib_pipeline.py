@@ -1,14 +1,16 @@
 """`chexflow run tune-then-train --backend kubernetes` on the real Katib: the tune step's Job
 runs `chexflow tune --cluster` in the launcher image as `chexflow-tune` (katib/rbac.yaml), which
 creates a real Experiment whose MPIJob trials train on the run's own preprocessed data; the final
-training (an MPIJob on real pods) takes the optimal trial's parameters."""
+training (an MPIJob on real pods) takes the optimal trial's parameters. It is also the test of a
+chexnet-random sweep on the real Katib: MPIJob trials across two real worker pods, val_auroc
+read by Katib's StdOut collector from the launcher, the local runner's results written from what
+Katib recorded, and loaded by the same reader as a local run of the same spec."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,10 @@ import yaml
 
 from chexflow.envs import REPO_ROOT
 from tests.cluster.conftest import hostpath_claim
-from tests.cluster.test_cluster_katib_tune import LAUNCHER, SPEC, WORKER
+from tests.cluster.test_cluster_katib_tune import CHEXFLOW, LAUNCHER, SPEC, WORKER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
-CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
 IMAGE_UID = 1000  # the images' user, which the pods run as
 
 
@@ -85,19 +86,13 @@ def test_tune_then_train_on_the_cluster_runs_a_real_experiment_then_trains_with_
         assert f"experiment {ns}/chexnet-random-" in tune_log, tune_log[-3000:]
         assert (tune / "optimal.json").stat().st_uid == IMAGE_UID
 
-        # a real Experiment in the run's namespace, Succeeded with two MPIJob trials;
-        # optimal.json is its status.currentOptimalTrial
-        (experiment,) = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        # a real Experiment in the run's namespace, Succeeded with two MPIJob trials that
+        # trained on the run's preprocessed data and wrote into the run's folder
+        custom = client.CustomObjectsApi(api)
+        (experiment,) = custom.list_namespaced_custom_object(
             "kubeflow.org", "v1beta1", ns, "experiments")["items"]
-        status = experiment["status"]
-        assert status["trialsSucceeded"] == 2, status
+        check_sweep(custom, experiment, tune, tune / "trials", tune_log)
         optimal = json.loads((tune / "optimal.json").read_text())
-        katibs = status["currentOptimalTrial"]
-        assert optimal["trial"] == katibs["bestTrialName"]
-        assert {a["name"]: a["value"] for a in katibs["parameterAssignments"]}["batch-size"] == \
-            str(optimal["parameters"]["batch-size"])
-
-        # the trials trained on the run's preprocessed data and wrote into the run's folder
         launcher = experiment["spec"]["trialTemplate"]["trialSpec"]["spec"]["mpiReplicaSpecs"][
             "Launcher"]["template"]["spec"]["containers"][0]
         argv = launcher["args"]
@@ -108,9 +103,9 @@ def test_tune_then_train_on_the_cluster_runs_a_real_experiment_then_trains_with_
         for n in (1, 2):
             trial = tuned[f"trial{n}"].split()[0]
             metrics = json.loads((tune / "trials" / trial / "metrics.json").read_text())
-            assert metrics["workers"] == 2 and metrics["image_size"] == 32, metrics
             assert tuned[f"trial{n}"].endswith(" Succeeded")
             assert tuned[f"trial{n}_val_auroc"] == pytest.approx(metrics["val_auroc"], rel=1e-4)
+        same_space_locally(tune, tmp_path / "local")
 
         # the final training: an MPIJob on real pods with the optimal trial's batch size
         trained = summary["tasks"]["train-op"]["artifacts"]["metrics"]["metadata"]
@@ -123,3 +118,76 @@ def test_tune_then_train_on_the_cluster_runs_a_real_experiment_then_trains_with_
             "auroc_mean"] <= 1
     finally:
         core.delete_persistent_volume(pv)
+
+
+def same_space_locally(cluster_state: Path, local_state: Path) -> None:
+    """The same spec and sets through the local runner (same algorithm and seed; trivial
+    trials): one reader loads both results, with the same parameter names, in the spec's
+    order, the same types, and every value in the spec's space."""
+    from chexflow.katib.results import load_results
+    from chexflow.katib.spec import load_experiment
+
+    sets = ["spec.maxTrialCount=2", "spec.parallelTrialCount=1", "spec.maxFailedTrialCount=1",
+            "spec.earlyStopping=null"]
+    local = subprocess.run(
+        [*CHEXFLOW, "tune", str(SPEC), "--local", "--state", str(local_state), "--no-progress",
+         *(a for s in sets for a in ("--set", s)), "--trial-command",
+         "echo val_auroc=0.7 images_per_sec=1 val_loss=0.5"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+    spec = load_experiment(SPEC, sets)
+    params = [p.name for p in spec.parameters]
+    loaded = {"cluster": load_results(cluster_state), "local": load_results(local_state)}
+    types = {}
+    for where, results in loaded.items():
+        assert len(results["trials"]) == 2, where
+        for t in results["trials"]:
+            assert [k for k in t if k in params] == params, (where, t)
+            assert all(p.contains(t[p.name]) for p in spec.parameters), (where, t)
+        types[where] = [{k: type(t[k]).__name__ for k in params} for t in results["trials"]]
+    assert types["cluster"] == types["local"] == [
+        {"lr": "float", "batch-size": "int", "optimizer": "str", "weight-decay": "float"}] * 2
+
+
+def check_sweep(custom, experiment: dict, state: Path, trials_dir: Path, log: str) -> None:
+    """The Experiment Succeeded with two MPIJob trials of two workers each; `chexflow tune`'s
+    state folder holds what Katib recorded."""
+    name, katib_namespace = experiment["metadata"]["name"], experiment["metadata"]["namespace"]
+    status = experiment["status"]
+    assert any(c["type"] == "Succeeded" and c["status"] == "True"
+               for c in status["conditions"]), status
+    assert status["trialsSucceeded"] == 2, status
+    assert "earlyStopping" not in experiment["spec"]
+
+    # optimal.json is Katib's status.currentOptimalTrial
+    katibs = status["currentOptimalTrial"]
+    optimal = json.loads((state / "optimal.json").read_text())
+    assert optimal["trial"] == katibs["bestTrialName"]
+    assert optimal["experiment"] == name
+    assert set(optimal["parameters"]) == {a["name"] for a in katibs["parameterAssignments"]}
+    for a in katibs["parameterAssignments"]:
+        mine = optimal["parameters"][a["name"]]
+        assert mine == (a["value"] if isinstance(mine, str) else pytest.approx(float(a["value"])))
+    katib_auroc = next(m for m in katibs["observation"]["metrics"] if m["name"] == "val_auroc")
+    assert optimal["metrics"]["val_auroc"] == pytest.approx(float(katib_auroc["max"]))
+
+    # both trials, as Katib recorded them, with the launcher's val_auroc
+    results = json.loads((state / "results.json").read_text())
+    assert results["condition"]["type"] == "Succeeded"
+    assert results["counts"]["Succeeded"] == 2
+    trials = custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", katib_namespace, "trials",
+        label_selector=f"katib.kubeflow.org/experiment={name}")["items"]
+    assert sorted(t["trial"] for t in results["trials"]) == sorted(
+        t["metadata"]["name"] for t in trials)
+    for row in results["trials"]:
+        assert row["status"] == "Succeeded", row
+        assert 0 <= row["val_auroc"] <= 1, row
+        # each trial trained in its own run folder on the claim, two Horovod workers
+        metrics = json.loads((trials_dir / row["trial"] / "metrics.json").read_text())
+        assert metrics["workers"] == 2 and metrics["image_size"] == 32, metrics
+        assert row["val_auroc"] == pytest.approx(metrics["val_auroc"], rel=1e-4)  # collected
+    assert [t["spec"]["runSpec"]["kind"] for t in trials] == ["MPIJob", "MPIJob"]
+    for path in ("results.csv", "results.html", "objective.png", "experiment.json"):
+        assert (state / path).stat().st_size > 0
+    assert f"experiment {name}: Succeeded" in log
