@@ -158,7 +158,7 @@ def markdown(results: list[Result], host: dict) -> str:
             f"{r.median_b:.4g} ± {spread(r.samples_b):.2g} | {r.unit} | {r.figure_name} | "
             f"{r.figure:.3f} | {'≤' if r.goal_is_max else '≥'} {r.goal:g} | {verdict(r)} |"
         )
-    lines += [f"\n{r.name}: {note}" for r in results for note in machine_notes(r, host)]
+    lines += [f"\n{r.name}: {note}" for r in results for note in result_notes(r, host)]
     return "\n".join(lines) + "\n"
 
 
@@ -168,13 +168,31 @@ def verdict(r: Result) -> str:
     return "yes" if r.met else "NO"
 
 
-def machine_notes(r: Result, host: dict) -> list[str]:
-    """The machine beside a scaling figure: CPU model, cores and the one-worker rate."""
+def result_notes(r: Result, host: dict) -> list[str]:
+    """Lines under the table: the machine beside a scaling figure (CPU model, cores, the
+    one-worker rate); beside an input-pipeline figure, what the input alone costs."""
+    lines = []
     solo = r.notes.get("one_worker_images_per_sec")
-    if not solo:
-        return []
-    return [f"{host.get('cpu_model', host['processor'])}, {host['cpus']} cores; one worker "
-            f"alone {statistics.median(solo):.4g} images/s (median of {len(solo)})"]
+    if solo:
+        lines.append(f"{host.get('cpu_model', host['processor'])}, {host['cpus']} cores; one "
+                     f"worker alone {statistics.median(solo):.4g} images/s (median of "
+                     f"{len(solo)})")
+    alone = r.notes.get("input_alone")
+    if alone:
+        real, synthetic = (alone[s]["cpu_ms_per_batch"] for s in ("TFRecords", "synthetic"))
+        step_ms = r.notes["batch_per_worker"] * 1e3 / r.median_b
+        lines.append(
+            f"the input alone, no model: {real:.3g} ms CPU per batch from TFRecords, "
+            f"{synthetic:.3g} from memory (median of {alone['repeats']} x {alone['batches']} "
+            f"batches); on the synthetic side's {step_ms:.0f} ms step the difference accounts "
+            f"for a ratio of {input_bound(real - synthetic, step_ms):.4f}")
+    return lines
+
+
+def input_bound(extra_cpu_ms: float, step_ms: float) -> float:
+    """The ratio a step would reach if the real input's extra CPU per batch came on top of the
+    step (the cores being busy with the model), and nothing else differed."""
+    return step_ms / (step_ms + max(0.0, extra_cpu_ms))
 
 
 def plot(results: list[Result], path: Path) -> None:

@@ -4,6 +4,7 @@ metrics.json, warm-up steps excluded, total = measured sum over ranks)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from chexflow.bench.core import Result, Side, compare, compare_each, interleave
+from chexflow.envs import trainer_python, with_chexflow_importable
 from chexflow.train.options import TrainOptions
 
 # input pipeline: a ratio above this means the synthetic side did more (or other) work than
@@ -71,13 +73,27 @@ def input_pipeline(work: Path, data: Path, model: str, size: int, batch: int, st
     """TFRecords (the real input pipeline) vs the same stages fed from memory: goal >= 0.97,
     and a ratio above 1.03 flags the synthetic baseline as suspect."""
     kw = dict(model=model, size=size, batch=batch, steps=steps)
-    return compare(
+    result = compare(
         f"input pipeline {model}", "images/s",
         Side("TFRecords", lambda: train_images_per_sec(work, data, **kw)),
         Side("synthetic", lambda: train_images_per_sec(work, None, synthetic=True, **kw)),
         repeats=repeats, goal=0.97, suspect_above=SUSPECT_ABOVE,
         notes={"image_size": size, "batch_per_worker": batch, "steps": steps},
     )
+    result.notes["input_alone"] = input_alone(data, batch, repeats)
+    return result
+
+
+def input_alone(data: Path, batch: int, repeats: int) -> dict:
+    """CPU and wall ms per batch of each side's input without a model
+    (chexflow.train.input_cost, in the trainer environment, the threads a worker gets)."""
+    cmd = [str(trainer_python()), "-m", "chexflow.train.input_cost", str(data), "--batch-size",
+           str(batch), "--repeats", str(max(3, repeats)), "--threads", str(os.cpu_count() or 1)]
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env=with_chexflow_importable(os.environ))
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.splitlines()[-1])
 
 
 def scaling(work: Path, data: Path, model: str, size: int, batch: int, steps: int,

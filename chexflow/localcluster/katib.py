@@ -9,8 +9,8 @@ The manifests are Katib's own, read from the Katib Go module as crds.py reads th
 chexflow.imagebuild builds (`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run
 with their own entrypoints, mysql keeps its data in an emptyDir, db-manager gets a readiness
 probe (gRPC on its port, as its liveness probe: Ready then means serving), and katib-config
-lists only what runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion service for random, tpe,
-cmaes and sobol, and the File/StdOut metrics collector.
+lists only what runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion
+service for random, tpe, cmaes and sobol, and the File/StdOut metrics collector.
 
 katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
 the apiserver through the `kubernetes` Service, which is why --katib starts kube-proxy.
