@@ -196,47 +196,57 @@ def _running_ranks(core, ns: str) -> int:
     return len(found)
 
 
-BAD_INPUT = {
+BAD_INPUT = {  # case: (options, what its line must hold, {job} its MPIJob's name)
     "image": (["--image", "chexflow-missing:0"],
-              ["cannot start: pod bad-worker-0 container worker: ", "chexflow-missing:0"]),
+              ["cannot start: pod {job}-worker-0 container worker: ", "chexflow-missing:0"]),
     "pvc": (["--pvc", "nope"],
-            ["cannot be scheduled: pod bad-worker-0: ", 'persistentvolumeclaim "nope" not found']),
+            ["cannot be scheduled: pod {job}-worker-0: ",
+             'persistentvolumeclaim "nope" not found']),
     "node-selector": (["--node-selector", "chexflow.io/pool=nowhere"],
-                      ["cannot be scheduled: pod bad-worker-0: ",
+                      ["cannot be scheduled: pod {job}-worker-0: ",
                        "didn't match Pod's node affinity/selector"]),
     "priority-class": (["--priority-class", "nope"],
-                       ["cannot start: MPIJob bad (MPIJobFailed): worker pod created failed: "
-                        'pods "bad-worker-0" is forbidden: no PriorityClass with name nope '
+                       ["cannot start: MPIJob {job} (MPIJobFailed): worker pod created failed: "
+                        'pods "{job}-worker-0" is forbidden: no PriorityClass with name nope '
                         "was found"]),
 }
 
 
-@pytest.mark.parametrize("case", list(BAD_INPUT))
-def test_bad_input_ends_the_step_with_kubernetes_reason_in_one_line_and_deletes_the_mpijob(
-        k8s_api, real_namespace, trainer_image, case):
+def test_bad_input_ends_each_step_with_kubernetes_reason_in_one_line_and_deletes_its_mpijob(
+        k8s_api, real_namespace, trainer_image):
+    """The four kinds submitted at once, each as its own MPIJob `bad-CASE`: each submit ends
+    after the grace with its own reason."""
+    from concurrent.futures import ThreadPoolExecutor
+
     ns, _ = real_namespace
-    options, expected = BAD_INPUT[case]
-    options = ["--image", trainer_image, "--workers", "1", "--cpu", "100m", "--memory",
-               "256Mi", "--timeout", "600", *options]
     start = time.monotonic()
-    proc = _submit(ns, "bad", *options, command=["chexflow", "--help"])
-    try:
-        _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    took = time.monotonic() - start
-    assert proc.returncode == 2, err
-    assert "Traceback" not in err
-    line = err.strip().splitlines()[-1]
-    assert line.startswith(f"chexflow mpijob: error: MPIJob {ns}/bad "), err
-    assert line.endswith("); it was deleted"), line
-    for part in expected:
-        assert part in line, line
-    if case == "image":  # the kubelet's own reason: it tried to pull, or backs off pulling
-        assert "ErrImagePull: " in line or "ImagePullBackOff: " in line, line
-    # the grace, not the job's 600 s timeout (start-up and polls on a loaded machine aside)
-    assert BAD_INPUT_GRACE_SECONDS <= took < BAD_INPUT_GRACE_SECONDS + 90, took
-    assert f"[bad] deleted MPIJob {ns}/bad" in err
+
+    def submit(case: str) -> tuple[int, str, float]:
+        proc = _submit(ns, f"bad-{case}", "--image", trainer_image, "--workers", "1", "--cpu",
+                       "100m", "--memory", "256Mi", "--timeout", "600", *BAD_INPUT[case][0],
+                       command=["chexflow", "--help"])
+        try:
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return proc.returncode, err, time.monotonic() - start
+
+    with ThreadPoolExecutor(len(BAD_INPUT)) as pool:
+        ended = dict(zip(BAD_INPUT, pool.map(submit, BAD_INPUT), strict=True))
+    for case, (returncode, err, took) in ended.items():
+        job = f"bad-{case}"
+        assert returncode == 2, (case, err)
+        assert "Traceback" not in err
+        line = err.strip().splitlines()[-1]
+        assert line.startswith(f"chexflow mpijob: error: MPIJob {ns}/{job} "), err
+        assert line.endswith("); it was deleted"), line
+        for part in BAD_INPUT[case][1]:
+            assert part.format(job=job) in line, line
+        if case == "image":  # the kubelet's own reason: it tried to pull, or backs off pulling
+            assert "ErrImagePull: " in line or "ImagePullBackOff: " in line, line
+        # the grace, not the job's 600 s timeout (start-up and polls on a loaded machine aside)
+        assert BAD_INPUT_GRACE_SECONDS <= took < BAD_INPUT_GRACE_SECONDS + 90, (case, took)
+        assert f"[{job}] deleted MPIJob {ns}/{job}" in err
     _nothing_left(k8s_api, ns)
