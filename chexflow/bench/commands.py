@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", nargs="+", choices=COMPARISONS + ON_REQUEST,
                    help="run only these comparisons (horovod-options and allreduce-account, "
                    "where a Horovod timeline accounts for each step's time, run only when named)")
-    p.add_argument("--repeats", type=int, help="runs of each side (default 3, input-pipeline 5; --quick 1)")
+    p.add_argument("--repeats", type=int,
+                   help="runs of each side (default 3, input-pipeline 5; --quick 1)")
     p.add_argument("--kubeconfig", type=Path,
                    help="real-pods (an MPIJob on a local cluster's real node against local "
                    "horovodrun) and katib-cluster (the real Katib's per-trial overhead against "
