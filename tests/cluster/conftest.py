@@ -1,13 +1,16 @@
 """Fixtures for tests against the local Kubernetes control plane (marker `cluster`).
 
-`k8s_cluster` (session): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
+The clusters and images are package fixtures: started by the first test here that needs them,
+stopped after the last test in tests/cluster, so they do not run idle beside the local tests.
+
+`k8s_cluster`: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok
 (4 nodes x 8 nvidia.com/gpu) and mpi-operator, with the MPIJob and Experiment CRDs, and a real
 node (containerd, kubelet, CoreDNS; tainted, so only pods that ask for it land there). The
 binaries come from ~/.cache/chexflow/k8s/, built by build/build.sh and build/build-node.sh on
 first use (cold: about 6 + 4 minutes on 2 idle cores). `k8s_namespace`: a fresh namespace per
 test, deleted afterwards.
-`KUBECONFIG` points at the cluster's admin kubeconfig while the session runs.
-`katib_cluster` (session): a second cluster with Katib and kube-proxy on its real node (one such
+`KUBECONFIG` points at the cluster's admin kubeconfig while it runs.
+`katib_cluster`: a second cluster with Katib and kube-proxy on its real node (one such
 cluster per machine: it waits for another run's to stop); `katib_namespace`: a fresh namespace
 there with Katib's metrics-collector label whose pods go to the real node.
 """
@@ -31,12 +34,12 @@ GPUS_PER_NODE = 8
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked before_katib_cluster run first: the session's Katib cluster holds the
-    machine's one kube-proxy until the session ends, whichever module first asks for it."""
+    """Tests marked before_katib_cluster run first: the Katib cluster holds the machine's one
+    kube-proxy until the last test here, whichever module first asks for it."""
     items.sort(key=lambda item: item.get_closest_marker("before_katib_cluster") is None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     go_path = "/usr/local/go/bin:" + os.environ.get("PATH", "")
     if binaries.missing(binaries.cache_dir()) and shutil.which("go", path=go_path) is None:
@@ -56,7 +59,7 @@ def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
             os.environ["KUBECONFIG"] = old
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k8s_api(k8s_cluster: LocalCluster):
     """kubernetes.client.ApiClient as the cluster admin."""
     return k8s_cluster.api_client()
@@ -75,7 +78,7 @@ def k8s_namespace(k8s_api, request) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def trainer_image(k8s_cluster) -> str:
     """images/trainer/Dockerfile built on the Debian base (cached by content in
     ~/.cache/chexflow/images) and loaded into the real node's containerd."""
@@ -121,7 +124,7 @@ def hostpath_claim(core, namespace: str, claim: str, folder: Path) -> str:
     return pv
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def katib_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     """A second cluster with Katib (and kube-proxy) on its real node; kube-proxy runs for one
     cluster per machine, so it first waits (up to 15 min) for another run's to stop."""
@@ -157,7 +160,7 @@ def katib_namespace(katib_cluster, request) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def katib_base_image(katib_cluster) -> str:
     """The Debian base image, loaded into the Katib cluster's real node."""
     from chexflow.imagebuild.build import base_archive
@@ -177,14 +180,14 @@ def _katib_image(katib_cluster, name: str) -> str:
     return image.ref
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def katib_trainer_image(katib_cluster) -> str:
     """The trainer image (images/trainer/Dockerfile built on the Debian base, cached by
     content), loaded into the Katib cluster's real node."""
     return _katib_image(katib_cluster, "trainer")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def katib_launcher_image(katib_cluster) -> str:
     """The launcher image (images/launcher/Dockerfile: the control environment), loaded into
     the Katib cluster's real node."""
