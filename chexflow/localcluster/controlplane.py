@@ -43,6 +43,7 @@ START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedu
 # (kwok nodes' pods in the upper half, the real node's in a /24 of the lower half).
 SERVICE_CIDR = "198.19.0.0/16"
 KWOK_POD_CIDR = "198.18.128.0/17"
+KWOK_START_ATTEMPTS = 3
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
 KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
 
@@ -161,7 +162,7 @@ class LocalCluster:
             self._spawn("mpi-operator", self._mpi_operator_args(),
                         env={"MPI_OPERATOR_HEALTH_ADDR": f"127.0.0.1:{self.ports['mpi_health']}"})
             names = nodes.create_gpu_nodes(api, self.nodes, self.gpus_per_node)
-            nodes.wait_nodes_ready(api, names, timeout=max(5.0, deadline - time.monotonic()))
+            self._wait_kwok_nodes(api, names, deadline)
             self._wait_default_service_account(api, deadline)
             self._wait_http(f"http://127.0.0.1:{self.ports['mpi_health']}/healthz",
                             "mpi-operator", deadline)
@@ -263,7 +264,8 @@ class LocalCluster:
                                     env={**os.environ, "KUBECONFIG": str(self.kubeconfig),
                                          **(env or {})},
                                     preexec_fn=die_with_parent() if self.die_with_parent else None)
-        self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log)}
+        self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log),
+                                "args": args}
         self.save()
 
     def _reap(self, pid: int) -> None:
@@ -451,6 +453,23 @@ class LocalCluster:
             time.sleep(0.3)
         raise ClusterError(f"{component} not healthy at {url} ({last}); "
                            f"see {self.log_dir}/{component}.log")
+
+    def _wait_kwok_nodes(self, api, names: list[str], deadline: float) -> None:
+        """Until the kwok nodes are Ready. kwok v0.8.0 can die as it first matches its stages
+        ("fatal error: concurrent map writes" in its CEL type registry, easycel) and keeps no
+        state of its own, so a kwok that exits here is started again (its log goes on), up to
+        KWOK_START_ATTEMPTS in all; any other component that exits ends the start."""
+        for attempt in range(1, KWOK_START_ATTEMPTS + 1):
+            try:
+                nodes.wait_nodes_ready(api, names, max(5.0, deadline - time.monotonic()),
+                                       check=self.check)
+                return
+            except ClusterError:
+                kwok = self.processes["kwok"]
+                if _alive(kwok["pid"], kwok["exe"]) or attempt == KWOK_START_ATTEMPTS:
+                    raise
+                self._reap(kwok["pid"])
+                self._spawn("kwok", kwok["args"], exe=kwok["exe"])
 
     def _wait_apiserver(self, deadline: float) -> None:
         self._wait_http(f"{self.server}/readyz", "kube-apiserver", deadline, self._ssl_context())

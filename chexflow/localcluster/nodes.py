@@ -8,6 +8,7 @@ pods need no kwok-specific toleration.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from chexflow.errors import ChexflowError
@@ -64,14 +65,18 @@ def create_gpu_nodes(api_client, count: int, gpus: int = 8, prefix: str = "kwok-
     return names
 
 
-def wait_nodes_ready(api_client, names: list[str], timeout: float = 120) -> None:
-    """Block until every named node reports Ready=True (kwok's node-initialize stage)."""
+def wait_nodes_ready(api_client, names: list[str], timeout: float = 120,
+                     check: Callable[[], None] | None = None) -> None:
+    """Block until every named node reports Ready=True (kwok's node-initialize stage); `check`
+    runs between polls (it raises when a component it watches has exited)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api_client)
     wanted = set(names)
     deadline = time.monotonic() + timeout
     while True:
+        if check is not None:
+            check()
         ready = {
             n.metadata.name for n in core.list_node(label_selector="type=kwok").items
             if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
