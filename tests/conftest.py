@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
+
+# A suite started in the background by a non-interactive shell (`make test &`) inherits SIGINT
+# ignored, and so would every command the tests start: the Ctrl-C tests need it delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_chexflow(*args, check: bool = True, timeout: float = 900, env: dict | None = None,
