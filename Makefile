@@ -5,6 +5,8 @@ CONTROL := .venv
 TRAINER := .venv-trainer
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
+# Two pytest-xdist workers: the cluster tests (one group, one worker) beside the local ones.
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup setup-system setup-control setup-trainer setup-cluster images cluster-up cluster-down demo test lint compile clean
 
@@ -46,7 +48,7 @@ demo: setup
 	$(CONTROL)/bin/chexflow run chexnet-train --out $(DEMO_OUT)
 
 test: setup setup-cluster
-	$(CONTROL)/bin/python -m pytest $(PYTEST_ARGS)
+	$(CONTROL)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: setup-control
 	$(CONTROL)/bin/ruff check .

@@ -21,6 +21,25 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """For pytest-xdist's `--dist loadgroup` (`make test`: -n 2): the cluster tests are one
+    group, so one worker runs them in order against one set of clusters while the other runs the
+    local tests; local tests go by module, and the modules sharing the trained DenseNet by
+    fixture, so no module or session fixture is built twice."""
+    if not config.getoption("loadgroup", False):  # set by xdist on its workers
+        return
+    for item in items:
+        path = Path(item.path).relative_to(REPO)
+        if path.parts[:2] == ("tests", "cluster"):
+            group = "cluster"
+        elif {"densenet_run", "densenet_eval"} & set(item.fixturenames):
+            group = "densenet"
+        else:
+            group = path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def run_chexflow(*args, check: bool = True, timeout: float = 900, env: dict | None = None,
                  cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `chexflow ARGS...` as a user would; output is captured and shown on failure."""
