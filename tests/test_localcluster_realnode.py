@@ -21,6 +21,20 @@ def test_names_differ_per_state_folder_and_fit_linux_limits(tmp_path):
     assert len(str(a.containerd_socket)) + len(".ttrpc") < 100  # sun_path
 
 
+def test_the_kubelets_sockets_fit_sun_path_under_a_deep_state_folder(tmp_path):
+    """The kubelet listens on unix sockets below its --root-dir and exits when one cannot bind
+    (a path over 108 bytes): it happened under pytest-xdist's deeper tmp_path. The root is a
+    short path of its own, named per node, and its sockets fit whatever the state folder."""
+    deep = tmp_path / ("d" * 60) / "popen-gw0" / "test_a_second_cluster_runs_bes0" / "second"
+    a, b = realnode.RealNode(deep), realnode.RealNode(tmp_path / "b")
+    assert a.kubelet_dir != b.kubelet_dir
+    args = a.kubelet_args(tmp_path / "config.yaml", tmp_path / "kubeconfig", "198.18.0.1")
+    assert f"--root-dir={a.kubelet_dir}" in args
+    for sock in ("pod-resources/kubelet.sock", "device-plugins/kubelet.sock",
+                 "plugins_registry/csi.example.com-reg.sock"):
+        assert len(str(a.kubelet_dir / sock)) <= 108, sock
+
+
 def test_subnet_is_a_benchmarking_slash24_not_in_use(tmp_path, monkeypatch):
     node = realnode.RealNode(tmp_path)
     monkeypatch.setattr(realnode, "_used_subnets", lambda: set())

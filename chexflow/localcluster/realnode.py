@@ -6,11 +6,13 @@ benchmarking ones: the node owns 198.18.K.1 on a bridge of its own (`cxf<id>`) a
 no masquerading, nothing routed off the machine. CoreDNS serves `cluster.local` on the node
 address (the kubelet's clusterDNS), so mpi-operator's `<job>-worker-N.<job>.<ns>.svc` resolve.
 
-Everything lives under `<state_dir>/node/` (sockets under `/run/chexflow/<id>/`) and is named
-after a hash of the state folder (bridge, cgroup root `/chexflow-<id>`), so two clusters run side
-by side. `RealNode.stop` kills the pods'
-processes (cgroups), the runtime, unmounts whatever the runtime and kubelet mounted under the
-folder and deletes the bridge. The node is tainted `chexflow.io/real-node=true:NoSchedule` and
+Everything lives under `<state_dir>/node/` but the sockets (`/run/chexflow/<id>/`) and the
+kubelet's root (`/var/lib/chexflow/<id>/kubelet`, where it listens on unix sockets): a unix
+socket's path may not pass 108 bytes, however deep the state folder. All is named after a hash
+of the state folder (bridge, cgroup root `/chexflow-<id>`), so two clusters run side by side.
+`RealNode.cleanup` kills the pods' processes (cgroups) and the runtime's shims, unmounts whatever
+the runtime and kubelet mounted under its folders, removes them and the cgroups, and deletes the
+bridge. The node is tainted `chexflow.io/real-node=true:NoSchedule` and
 labelled `chexflow.io/node=real`: only pods that tolerate the taint and select the label land on
 it (or every pod of a namespace annotated with namespace_annotations()), and GPU-shaped pods
 (nvidia.com/gpu) cannot, as it has none.
@@ -41,6 +43,7 @@ POD_SUPERNET = ipaddress.ip_network("198.18.0.0/17")
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "chexflow.local/pause:3.10"
 CNI_BIN_DIR = Path("/usr/lib/cni")
+KUBELET_ROOTS = Path("/var/lib/chexflow")
 CONTAINERD = "/usr/bin/containerd"
 # the node cgroup's weight against the host's processes: its cores, as a node of its own has
 NODE_CPU_SHARES = (os.cpu_count() or 1) * 1024
@@ -123,6 +126,12 @@ class RealNode:
     def run_dir(self) -> Path:
         """Sockets: a short path (unix socket paths are limited to about 100 bytes)."""
         return Path("/run/chexflow") / self.id
+
+    @property
+    def kubelet_dir(self) -> Path:
+        """The kubelet's --root-dir (pods' volumes; its pod-resources, device-plugins and
+        plugins_registry sockets): a short path, as run_dir."""
+        return KUBELET_ROOTS / self.id / "kubelet"
 
     @property
     def containerd_socket(self) -> Path:
@@ -251,7 +260,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     def kubelet_args(self, config: Path, kubeconfig: Path, node_ip: str) -> list[str]:
         return [f"--config={config}", f"--kubeconfig={kubeconfig}",
-                f"--root-dir={self.dir / 'kubelet'}", f"--cert-dir={self.dir / 'kubelet-pki'}",
+                f"--root-dir={self.kubelet_dir}", f"--cert-dir={self.dir / 'kubelet-pki'}",
                 f"--hostname-override={NODE_NAME}", f"--node-ip={node_ip}",
                 f"--node-labels={'='.join(NODE_LABEL)}", "--v=1"]
 
@@ -316,6 +325,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if Path(f"/sys/class/net/{self.bridge}").exists():
             _run("ip", "link", "delete", self.bridge, check=False)
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        shutil.rmtree(self.kubelet_dir.parent, ignore_errors=True)
 
     def _cgroup_dirs(self) -> list[Path]:
         root = Path("/sys/fs/cgroup")
@@ -349,17 +359,21 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(entry.name), signal.SIGKILL)
 
+    def mounts(self) -> list[str]:
+        """Mount points under the node's folder or the kubelet's root, in mount order."""
+        prefixes = (f"{self.dir}/", f"{self.kubelet_dir.parent}/")
+        mounts = [line.split()[4].encode().decode("unicode_escape")
+                  for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        return [m for m in mounts if m.startswith(prefixes)]
+
     def _unmount_all(self) -> None:
-        prefix = str(self.dir) + "/"
         for _ in range(5):
-            mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text()
-                      .splitlines()]
-            ours = [m.encode().decode("unicode_escape") for m in mounts if m.startswith(prefix)]
-            if not ours:
+            if not (ours := self.mounts()):
                 return
             for m in reversed(ours):
                 subprocess.run(["umount", "-l", m], capture_output=True)
-        raise RealNodeError(f"mounts under {self.dir} remain after umount: {ours[:3]}")
+        raise RealNodeError(f"mounts under {self.dir} or {self.kubelet_dir.parent} remain after "
+                            f"umount: {ours[:3]}")
 
     def _remove_cgroups(self) -> None:
         for top in self._cgroup_dirs():

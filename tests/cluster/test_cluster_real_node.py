@@ -117,13 +117,12 @@ def test_gpu_pods_go_to_kwok_nodes_and_untolerating_pods_never_to_the_real_node(
 
 
 def _host_state(node: realnode.RealNode) -> dict:
-    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     procs = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
     return {"bridge": Path(f"/sys/class/net/{node.bridge}").exists(),
-            "mounts": [m for m in mounts if m.startswith(str(node.dir))],
+            "mounts": node.mounts(),
             "processes": [p for p in procs.splitlines()
                           if str(node.state_dir) in p or str(node.run_dir) in p],
-            "run_dir": node.run_dir.exists(),
+            "run_dir": node.run_dir.exists() or node.kubelet_dir.exists(),
             "cgroups": [str(d) for d in node._cgroup_dirs()]}
 
 
