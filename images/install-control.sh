@@ -21,6 +21,9 @@ echo ">> control environment: $venv (python: $python)"
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade "pip>=24" "setuptools>=70" wheel
 "$venv/bin/python" -m pip install --quiet -r "$here/requirements-control.txt"
+# Katib's gRPC API messages (katib_api_pb2, for `chexflow katib-suggestion`) from the Katib SDK
+# wheel alone: its dependencies pin protobuf < 5, which kfp cannot share.
+"$venv/bin/python" -m pip install --quiet --no-deps kubeflow-katib==0.19.0
 case "$mode" in
   --editable) "$venv/bin/python" -m pip install --quiet --no-deps -e "$root" ;;
   --install) "$venv/bin/python" -m pip install --quiet --no-deps "$root" ;;

@@ -1,4 +1,5 @@
-"""`chexflow tune SPEC.yaml [--local|--cluster] [--dry-run] [--trial-command CMD] [--state DIR]`."""
+"""`chexflow tune SPEC.yaml [--local|--cluster] [--dry-run] [--trial-command CMD] [--state DIR]`
+and `chexflow katib-suggestion` (Katib's Suggestion gRPC service, run by Katib on a cluster)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="no progress bar (--cluster has none: one line per change)")
     p.set_defaults(func=run_tune)
 
+    s = sub.add_parser(
+        "katib-suggestion",
+        help="serve Katib's Suggestion gRPC API for grid, multivariate-tpe and "
+        "bayesianoptimization (katib-config runs it in the launcher image)",
+        description="Katib's Suggestion service (api.v1.beta1.Suggestion, grpc.health.v1) "
+        "with the suggesters `chexflow tune --local` uses; Katib's suggestion controller starts "
+        "it for each Experiment whose algorithm katib-config maps to it.")
+    s.add_argument("--address", default="0.0.0.0:6789", help="host:port to listen on")
+    s.set_defaults(func=run_suggestion_service)
+
 
 def _volumes(items: list[str]) -> dict[str, Path]:
     out = {}
@@ -75,6 +86,18 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.namespace:
         raise ChexflowError("--namespace: applies to --cluster only (a local sweep has none)")
     return _run_local(args, exp, state_dir)
+
+
+def run_suggestion_service(args: argparse.Namespace) -> int:
+    import logging
+
+    from chexflow.katib.service import server
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    srv, port = server(args.address)
+    print(f"katib-suggestion: serving api.v1.beta1.Suggestion on port {port}", flush=True)
+    srv.wait_for_termination()
+    return 0
 
 
 def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:

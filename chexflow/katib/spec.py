@@ -329,6 +329,14 @@ def _objective(errors: _Errors, value: Any) -> Objective | None:
     return Objective(otype, metric, goal, additional, strategies)
 
 
+def parse_parameters(items: list[dict], source: str = "") -> list[Parameter]:
+    """spec.parameters (Katib's YAML shape) with Katib's defaults and validation."""
+    errors = _Errors(source)
+    parameters = _parameters(errors, {"parameters": items})
+    errors.raise_if_any()
+    return parameters
+
+
 def _parameters(errors: _Errors, spec: dict) -> list[Parameter]:
     items = errors.sequence("spec.parameters", spec.get("parameters"), dict)
     if not items and spec.get("nasConfig") is None:

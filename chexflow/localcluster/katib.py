@@ -10,7 +10,9 @@ chexflow.imagebuild builds (`chexflow.local/...`, `imagePullPolicy: Never`: no r
 with their own entrypoints, mysql keeps its data in an emptyDir, db-manager gets a readiness
 probe (gRPC on its port, as its liveness probe: Ready then means serving), and katib-config
 lists only what runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion
-service for random, tpe, cmaes and sobol, and the File/StdOut metrics collector.
+service for random, tpe, cmaes and sobol, chexflow's own (chexflow.katib.service, in the
+launcher image) for Katib's Python algorithms grid, multivariate-tpe and bayesianoptimization,
+and the File/StdOut metrics collector.
 
 katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
 the apiserver through the `kubernetes` Service, which is why --katib starts kube-proxy.
@@ -37,6 +39,12 @@ DB_MANAGER_PORT = 6789
 COLLECTOR, GOPTUNA = "katib-file-metricscollector", "katib-suggestion-goptuna"
 IMAGES = (CONTROLLER, DB_MANAGER, COLLECTOR, GOPTUNA, MYSQL)
 GOPTUNA_ALGORITHMS = ("random", "tpe", "cmaes", "sobol")
+# served by `chexflow katib-suggestion` in the launcher image (chexflow.katib.service)
+LAUNCHER = "launcher"
+CHEXFLOW_ALGORITHMS = ("grid", "multivariate-tpe", "bayesianoptimization")
+# Katib's default suggestion limits (100Mi) are too small for Python with optuna and skopt
+CHEXFLOW_SUGGESTION_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"},
+                                 "limits": {"cpu": "1", "memory": "1Gi"}}
 TRIAL_RESOURCES = ("Job.v1.batch", "MPIJob.v2beta1.kubeflow.org")
 # Katib's manifests used, under manifests/v1beta1/components/ in its module
 MANIFESTS = ("controller/rbac.yaml", "controller/controller.yaml", "controller/service.yaml",
@@ -49,10 +57,11 @@ class KatibError(ChexflowError):
 
 
 def build_images() -> dict[str, object]:
-    """name -> chexflow.imagebuild BuiltImage (ref, archive) of each Katib image."""
+    """name -> chexflow.imagebuild BuiltImage (ref, archive) of each Katib image and the
+    launcher's (chexflow's suggestion service)."""
     from chexflow.imagebuild.build import build_image
 
-    return {name: build_image(name) for name in IMAGES}
+    return {name: build_image(name) for name in (*IMAGES, LAUNCHER)}
 
 
 def components_dir() -> Path:
@@ -61,7 +70,8 @@ def components_dir() -> Path:
 
 
 def katib_config(refs: dict[str, str]) -> dict:
-    """KatibConfig: cert generator on, Job + MPIJob trials, goptuna, the file collector."""
+    """KatibConfig: cert generator on, Job + MPIJob trials, goptuna and chexflow's suggestion
+    services, the file collector."""
     def image(name: str) -> dict:
         return {"image": refs[name], "imagePullPolicy": "Never"}
 
@@ -72,7 +82,12 @@ def katib_config(refs: dict[str, str]) -> dict:
         "runtime": {
             "metricsCollectors": [{"kind": kind, **image(COLLECTOR)}
                                   for kind in ("StdOut", "File")],
-            "suggestions": [{"algorithmName": a, **image(GOPTUNA)} for a in GOPTUNA_ALGORITHMS],
+            "suggestions": [
+                *({"algorithmName": a, **image(GOPTUNA)} for a in GOPTUNA_ALGORITHMS),
+                *({"algorithmName": a, **image(LAUNCHER),
+                   "command": ["chexflow", "katib-suggestion"],
+                   "resources": CHEXFLOW_SUGGESTION_RESOURCES} for a in CHEXFLOW_ALGORITHMS),
+            ],
         },
     }
 

@@ -274,6 +274,35 @@ def test_an_experiment_with_job_trials_succeeds_with_goptuna_random_and_the_stdo
     assert len(trials) == 2 and suggestion["status"]["suggestionCount"] == 2
 
 
+def test_grid_runs_on_the_real_katib_through_chexflows_suggestion_service(
+        katib_cluster, katib_namespace, katib_base_image):
+    """grid (a Python algorithm in Katib): Katib's controller starts chexflow's suggestion
+    service (the launcher image, `chexflow katib-suggestion`), probes its health, validates the
+    settings and asks it for trials: two at once, then one more, which must be the grid's last
+    point, so the service read the first two from Katib's trial list."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(katib_cluster.api_client())
+    name = f"grid-{katib_namespace[-5:]}"
+    exp = _trivial_experiment(name, katib_base_image)
+    exp["spec"].update(algorithm={"algorithmName": "grid"}, parallelTrialCount=2,
+                       maxTrialCount=3, parameters=[{
+                           "name": "lr", "parameterType": "discrete",
+                           "feasibleSpace": {"list": ["0.001", "0.01", "0.1"]}}])
+    custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", katib_namespace,
+                                           "experiments", exp)
+    status = _wait_experiment(custom, katib_namespace, name)
+    assert _succeeded(status), status
+    assert status["trialsSucceeded"] == 3, status
+    trials = custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", katib_namespace, "trials")["items"]
+    values = sorted(float(a["value"]) for t in trials for a in t["spec"]["parameterAssignments"])
+    assert values == [0.001, 0.01, 0.1]
+    suggestion = custom.get_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", katib_namespace, "suggestions", name)
+    assert suggestion["status"]["suggestionCount"] == 3
+
+
 def test_a_second_katib_cluster_is_refused_in_one_line_naming_the_first(katib_cluster, tmp_path):
     """kube-proxy's chains are global to the host's network namespace: one --katib cluster per
     machine. The second is refused before it starts anything; the first keeps its rules."""

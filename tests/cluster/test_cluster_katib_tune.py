@@ -87,16 +87,18 @@ def test_medianstop_is_refused_with_katibs_message_and_the_way_out(
 
 def test_an_algorithm_without_a_suggestion_service_is_refused_with_katibs_message(
         katib_cluster, katib_namespace, tmp_path):
-    """bayesianoptimization (Katib's service is Python, not deployed here): Katib's webhook
-    refuses it; --cluster passes the line on with what to do, and creates nothing."""
-    name = f"chexnet-bo-{katib_namespace[-5:]}"
+    """pbt (Katib's own service, not deployed here): Katib's webhook refuses it; --cluster
+    passes the line on with what to do, and creates nothing."""
+    name = f"chexnet-pbt-{katib_namespace[-5:]}"
     proc = tune_cluster(katib_cluster, katib_namespace, name, tmp_path / "state", "--dry-run",
-                        "--set", "spec.algorithm.algorithmName=bayesianoptimization",
+                        "--set", "spec.algorithm={algorithmName: pbt, algorithmSettings: ["
+                                 "{name: n_population, value: '5'}, "
+                                 "{name: truncation_threshold, value: '0.2'}]}",
                         "--set", "spec.earlyStopping=null")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = proc.stderr.splitlines()
-    assert ('spec.algorithm.algorithmName: Invalid value: "bayesianoptimization": unable to get '
-            "Suggestion config data for algorithm bayesianoptimization") in line, line
+    assert ('spec.algorithm.algorithmName: Invalid value: "pbt": unable to get '
+            "Suggestion config data for algorithm pbt") in line, line
     assert line.endswith("; this Katib has no suggestion service for that algorithm: pick one "
                          "its katib-config lists under suggestions, or add the algorithm's "
                          "service there"), line

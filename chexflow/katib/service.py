@@ -1,0 +1,226 @@
+"""Katib's Suggestion gRPC service (api.v1.beta1.Suggestion) with chexflow's suggesters.
+
+Katib runs its Python algorithms (hyperopt, optuna, scikit-optimize) in suggestion images of its
+own; chexflow serves the same libraries through the same suggesters its local runner uses
+(suggest.py), so a spec's grid, multivariate-tpe or bayesianoptimization runs on a cluster too.
+katib-config's `runtime.suggestions` names the launcher image with `chexflow katib-suggestion`
+for those algorithms; Katib's suggestion controller then starts one per Experiment, waits for
+grpc.health.v1 to report `manager.v1beta1.Suggestion` SERVING on port 6789, calls
+ValidateAlgorithmSettings once and GetSuggestions each time it needs trials, with the
+Experiment's spec and every Trial so far (their assignments and observed objective).
+
+As in Katib's services, the trials are the history: nothing is stored but the study-level state
+the trials do not carry (optuna's per-trial attributes, keyed by assignment, and the library's
+study attributes), kept in memory for the Experiment. The API's messages come from the
+kubeflow-katib wheel's `katib_api_pb2` (Katib's api.proto), loaded by path: the package's own
+`__init__` needs the Katib SDK's dependencies, which the control environment does not install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import threading
+import zlib
+from concurrent import futures
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from chexflow.errors import ChexflowError
+from chexflow.katib.experiment import Collector, Experiment, Objective, format_value
+from chexflow.katib.spec import SpecError, parse_parameters
+from chexflow.katib.suggest import (
+    History,
+    SearchSpaceExhausted,
+    SuggestionFailed,
+    make_suggester,
+    validate_algorithm,
+)
+from chexflow.localcluster.katib import CHEXFLOW_ALGORITHMS as ALGORITHMS
+
+PORT = 6789
+# the service name Katib's gRPC probes ask for (consts.DefaultGRPCService)
+HEALTH_SERVICE = "manager.v1beta1.Suggestion"
+API = "api.v1.beta1"
+PARAMETER_TYPES = {"DOUBLE": "double", "INT": "int", "DISCRETE": "discrete",
+                   "CATEGORICAL": "categorical"}
+DISTRIBUTIONS = {"UNIFORM": "uniform", "LOG_UNIFORM": "logUniform", "NORMAL": "normal",
+                 "LOG_NORMAL": "logNormal"}
+ACTIVE = ("CREATED", "RUNNING", "UNKNOWN")
+WITH_RESULT = ("SUCCEEDED", "EARLYSTOPPED")
+log = logging.getLogger("chexflow.katib.service")
+
+
+class ServiceError(ChexflowError):
+    """Katib's API messages are not installed, or the service cannot start."""
+
+
+@cache
+def api() -> ModuleType:
+    """katib_api_pb2 from the installed kubeflow-katib wheel (images/install-control.sh)."""
+    spec = importlib.util.find_spec("kubeflow")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "katib" / "katib_api_pb2.py"
+        if path.is_file():
+            module_spec = importlib.util.spec_from_file_location("katib_api_pb2", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            return module
+    raise ServiceError("Katib's API messages are missing: install kubeflow-katib==0.19.0 "
+                       "without its dependencies (images/install-control.sh does)")
+
+
+def experiment(msg: Any) -> Experiment:
+    """The Experiment model of an api.v1.beta1.Experiment (what Katib sends)."""
+    pb, spec = api(), msg.spec
+    items = []
+    for p in spec.parameter_specs.parameters:
+        fs = p.feasible_space
+        space: dict[str, Any] = {k: getattr(fs, k) for k in ("min", "max", "step")
+                                 if getattr(fs, k)}
+        if fs.list:
+            space["list"] = list(fs.list)
+        dist = pb.Distribution.Name(fs.distribution)
+        if dist in DISTRIBUTIONS:
+            space["distribution"] = DISTRIBUTIONS[dist]
+        items.append({"name": p.name, "feasibleSpace": space, "parameterType":
+                      PARAMETER_TYPES.get(pb.ParameterType.Name(p.parameter_type))})
+    obj = spec.objective
+    objective = Objective(
+        type="maximize" if obj.type == pb.MAXIMIZE else "minimize",
+        metric=obj.objective_metric_name, goal=None,
+        additional=list(obj.additional_metric_names), strategies={})
+    return Experiment(
+        name=msg.name, namespace="", objective=objective,
+        algorithm=spec.algorithm.algorithm_name,
+        algorithm_settings={s.name: s.value for s in spec.algorithm.algorithm_settings},
+        early_stopping=None, early_stopping_settings={},
+        parallel_trial_count=spec.parallel_trial_count or 3,
+        max_trial_count=spec.max_trial_count or None, max_failed_trial_count=None,
+        parameters=parse_parameters(items, source=f"experiment {msg.name}"),
+        trial_template={}, collector=Collector(), resume_policy="Never", raw={})
+
+
+def _key(exp: Experiment, parameters: dict[str, Any]) -> str:
+    """An assignment as text, the same whether it came from a suggester or a Katib trial."""
+    return json.dumps({k: format_value(exp.parameter(k), v) for k, v in parameters.items()},
+                      sort_keys=True)
+
+
+@dataclass
+class Study:
+    """What one Experiment's suggester keeps that its trials do not carry."""
+
+    study_attrs: dict[str, Any] = field(default_factory=dict)
+    trial_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class SuggestionService:
+    """GetSuggestions and ValidateAlgorithmSettings of Katib's Suggestion API."""
+
+    def __init__(self) -> None:
+        self.studies: dict[str, Study] = {}
+        self.lock = threading.Lock()
+
+    def history(self, exp: Experiment, trials: list[Any], study: Study) -> list[History]:
+        """Katib's trials as the suggesters' history, in start order."""
+        pb = api()
+        out = []
+        for t in sorted(trials, key=lambda t: (t.status.start_time, t.name)):
+            known = {p.name: p for p in exp.parameters}
+            params = {a.name: known[a.name].typed(a.value)
+                      for a in t.spec.parameter_assignments.assignments if a.name in known}
+            condition = pb.TrialStatus.TrialConditionType.Name(t.status.condition)
+            objective = None
+            if condition in WITH_RESULT:
+                values = {m.name: m.value for m in t.status.observation.metrics}
+                try:
+                    objective = float(values[exp.objective.metric])
+                except (KeyError, ValueError):
+                    objective = None
+            out.append(History(params, objective, condition in ACTIVE,
+                               study.trial_attrs.get(_key(exp, params), {})))
+        return out
+
+    def GetSuggestions(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
+        import grpc
+
+        pb = api()
+        try:
+            exp = experiment(request.experiment)
+        except SpecError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        with self.lock:
+            study = self.studies.setdefault(exp.name, Study())
+            seed = zlib.crc32(exp.name.encode())  # random_state in the settings overrides it
+            suggester = make_suggester(exp, seed, study.study_attrs)
+            try:
+                suggestions = suggester.suggest(self.history(exp, list(request.trials), study),
+                                                request.current_request_number)
+            except SearchSpaceExhausted as e:
+                context.abort(grpc.StatusCode.OUT_OF_RANGE, f"search space exhausted: {e}")
+            except SuggestionFailed as e:
+                context.abort(grpc.StatusCode.INTERNAL, str(e))
+            study.study_attrs = suggester.study_attrs
+            for s in suggestions:
+                study.trial_attrs[_key(exp, s.parameters)] = s.optuna_attrs
+        log.info("%s: %d suggestion(s) after %d trial(s)", exp.name, len(suggestions),
+                 len(request.trials))
+        reply = pb.GetSuggestionsReply()
+        for s in suggestions:
+            assignments = reply.parameter_assignments.add()
+            for name, value in s.parameters.items():
+                assignments.assignments.add(name=name, value=format_value(exp.parameter(name),
+                                                                          value))
+        return reply
+
+    def ValidateAlgorithmSettings(self, request: Any, context: Any) -> Any:  # noqa: N802
+        import grpc
+
+        try:
+            exp = experiment(request.experiment)
+        except SpecError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        if exp.algorithm not in ALGORITHMS:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"unknown algorithm name {exp.algorithm} (this service runs "
+                          f"{', '.join(ALGORITHMS)})")
+        problems = validate_algorithm(exp)
+        if problems:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "; ".join(f"{path}: {msg}" for path, msg in problems))
+        return api().ValidateAlgorithmSettingsReply()
+
+
+def server(address: str = f"0.0.0.0:{PORT}", workers: int = 4) -> tuple[Any, int]:
+    """A started grpc.Server with the Suggestion service and grpc.health.v1, and its port."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    pb, service = api(), SuggestionService()
+    methods = {
+        "GetSuggestions": (service.GetSuggestions, pb.GetSuggestionsRequest,
+                           pb.GetSuggestionsReply),
+        "ValidateAlgorithmSettings": (service.ValidateAlgorithmSettings,
+                                      pb.ValidateAlgorithmSettingsRequest,
+                                      pb.ValidateAlgorithmSettingsReply),
+    }
+    handlers = {name: grpc.unary_unary_rpc_method_handler(
+        fn, request_deserializer=req.FromString, response_serializer=rep.SerializeToString)
+        for name, (fn, req, rep) in methods.items()}
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        f"{API}.Suggestion", handlers),))
+    checker = health.HealthServicer()
+    for name in ("", HEALTH_SERVICE):
+        checker.set(name, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(checker, srv)
+    port = srv.add_insecure_port(address)
+    if port == 0:
+        raise ServiceError(f"cannot listen on {address}")
+    srv.start()
+    return srv, port

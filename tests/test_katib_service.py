@@ -1,0 +1,139 @@
+"""chexflow's Katib Suggestion service over real gRPC on loopback, with the requests Katib's
+suggestion controller sends (api.v1.beta1 messages from the kubeflow-katib wheel): health as
+Katib's probe asks it, ValidateAlgorithmSettings, and GetSuggestions reading the trial list.
+The same service on the real Katib: tests/cluster/test_cluster_katib.py."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from chexflow.katib.service import API, HEALTH_SERVICE, api, server
+
+LR = {"name": "lr", "type": "DOUBLE", "min": "0.001", "max": "0.1", "dist": "LOG_UNIFORM"}
+OPT = {"name": "optimizer", "type": "CATEGORICAL", "list": ["adam", "sgd"]}
+BATCH = {"name": "batch", "type": "DISCRETE", "list": ["8", "16", "32"]}
+
+
+@pytest.fixture(scope="module")
+def channel():
+    srv, port = server("127.0.0.1:0")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        yield ch
+    srv.stop(None)
+
+
+def _call(channel, method: str, request):
+    pb = api()
+    reply = {"GetSuggestions": pb.GetSuggestionsReply,
+             "ValidateAlgorithmSettings": pb.ValidateAlgorithmSettingsReply}[method]
+    rpc = channel.unary_unary(f"/{API}.Suggestion/{method}",
+                              request_serializer=type(request).SerializeToString,
+                              response_deserializer=reply.FromString)
+    return rpc(request, timeout=60)
+
+
+def _experiment(name: str, algorithm: str, params: list[dict], settings: dict | None = None,
+                max_trials: int = 6):
+    """An api.v1.beta1.Experiment as Katib's ConvertExperiment builds it."""
+    pb = api()
+    exp = pb.Experiment(name=name)
+    spec = exp.spec
+    spec.objective.type = pb.MAXIMIZE
+    spec.objective.objective_metric_name = "val_auroc"
+    spec.algorithm.algorithm_name = algorithm
+    for k, v in (settings or {}).items():
+        spec.algorithm.algorithm_settings.add(name=k, value=v)
+    spec.parallel_trial_count, spec.max_trial_count = 2, max_trials
+    for p in params:
+        ps = spec.parameter_specs.parameters.add(name=p["name"],
+                                                 parameter_type=pb.ParameterType.Value(p["type"]))
+        fs = ps.feasible_space
+        fs.min, fs.max, fs.step = p.get("min", ""), p.get("max", ""), p.get("step", "")
+        fs.list.extend(p.get("list", []))
+        if "dist" in p:
+            fs.distribution = pb.Distribution.Value(p["dist"])
+    return exp
+
+
+def _trial(name: str, assignments: dict, condition: str, auroc: float | None = None,
+           start: str = "2026-11-25T12:00:00Z"):
+    pb = api()
+    t = pb.Trial(name=name)
+    for k, v in assignments.items():
+        t.spec.parameter_assignments.assignments.add(name=k, value=v)
+    t.status.condition = pb.TrialStatus.TrialConditionType.Value(condition)
+    t.status.start_time = start
+    if auroc is not None:
+        t.status.observation.metrics.add(name="val_auroc", value=str(auroc))
+    return t
+
+
+def _suggest(channel, exp, trials=(), n=2) -> list[dict]:
+    request = api().GetSuggestionsRequest(experiment=exp, trials=list(trials),
+                                          current_request_number=n,
+                                          total_request_number=len(trials) + n)
+    reply = _call(channel, "GetSuggestions", request)
+    return [{a.name: a.value for a in pa.assignments} for pa in reply.parameter_assignments]
+
+
+def test_health_is_serving_for_the_service_name_katibs_probe_asks_for(channel):
+    stub = health_pb2_grpc.HealthStub(channel)
+    for service in (HEALTH_SERVICE, ""):
+        reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_validate_accepts_katibs_settings_and_refuses_others_as_invalid_argument(channel):
+    pb = api()
+    good = _experiment("bo", "bayesianoptimization", [LR], {"n_initial_points": "3"})
+    assert _call(channel, "ValidateAlgorithmSettings",
+                 pb.ValidateAlgorithmSettingsRequest(experiment=good)) == \
+        pb.ValidateAlgorithmSettingsReply()
+    for algorithm, settings, words in (
+            ("bayesianoptimization", {"n_initial_points": "-1"}, "n_initial_points"),
+            ("multivariate-tpe", {"n_ei_candidates": "x"}, "failed to validate (x)"),
+            ("grid", {}, "step"),  # Katib's grid needs a step on doubles
+            ("hyperband", {}, "unknown algorithm name hyperband")):
+        bad = _experiment("bad", algorithm, [LR], settings)
+        with pytest.raises(grpc.RpcError) as e:
+            _call(channel, "ValidateAlgorithmSettings",
+                  pb.ValidateAlgorithmSettingsRequest(experiment=bad))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (algorithm, e.value)
+        assert words in e.value.details(), (algorithm, e.value.details())
+
+
+@pytest.mark.parametrize("algorithm", ["bayesianoptimization", "multivariate-tpe"])
+def test_suggestions_lie_in_the_search_space_and_follow_the_trials_katib_sends(
+        channel, algorithm):
+    exp = _experiment(f"space-{algorithm}", algorithm, [LR, OPT, BATCH],
+                      {"random_state": "7"})
+    first = _suggest(channel, exp)
+    assert len(first) == 2
+    trials = [_trial(f"t{i}", a, "SUCCEEDED", 0.6 + i / 10, f"2026-11-25T12:0{i}:00Z")
+              for i, a in enumerate(first)]
+    trials.append(_trial("running", first[0], "RUNNING"))
+    trials.append(_trial("failed", first[1], "FAILED"))
+    more = _suggest(channel, exp, trials, n=3)
+    assert len(more) == 3
+    for a in first + more:
+        assert set(a) == {"lr", "optimizer", "batch"}
+        assert 0.001 <= float(a["lr"]) <= 0.1
+        assert a["optimizer"] in ("adam", "sgd") and a["batch"] in ("8", "16", "32")
+    # the same request gives the same suggestions (random_state; history from the trials)
+    assert _suggest(channel, exp, trials, n=3) == more
+
+
+def test_grid_skips_the_points_katibs_trials_already_hold_and_ends_at_the_grid(channel):
+    exp = _experiment("grid-2x3", "grid", [OPT, BATCH], max_trials=6)
+    seen = _suggest(channel, exp, n=4)
+    trials = [_trial(f"t{i}", a, "SUCCEEDED" if i % 2 else "RUNNING", 0.7)
+              for i, a in enumerate(seen)]
+    rest = _suggest(channel, exp, trials, n=2)
+    points = {(a["optimizer"], a["batch"]) for a in seen + rest}
+    assert len(points) == 6  # every combination once
+    with pytest.raises(grpc.RpcError) as e:
+        _suggest(channel, exp, trials + [_trial(f"r{i}", a, "SUCCEEDED", 0.7)
+                                         for i, a in enumerate(rest)], n=1)
+    assert e.value.code() == grpc.StatusCode.OUT_OF_RANGE
