@@ -171,9 +171,11 @@ def test_katib_image_key_covers_its_program_bytes(tmp_path, monkeypatch):
     assert key() != first
 
 
-@pytest.mark.parametrize("name", sorted(katib.IMAGES))
+@pytest.mark.parametrize("name", [*sorted(katib.IMAGES), *build.DERIVED])
 def test_katib_dockerfiles_pass_hadolint(name):
-    path = katib.image_dir(name) / "Dockerfile"
+    """Katib's images and the early-stopping one made from the launcher's."""
+    path = (katib.image_dir(name) if name in katib.IMAGES else REPO / "images" / name) / \
+        "Dockerfile"
     proc = subprocess.run([HADOLINT, "--no-color", "--format", "json", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and json.loads(proc.stdout or "[]") == []
@@ -186,7 +188,7 @@ def test_images_build_names_katib_images_and_the_katib_group():
                for name in katib.IMAGES)
     assert image_names(["katib"]) == list(katib.IMAGES)
     assert image_names(["trainer", "katib", "katib-mysql"]) == ["trainer", *katib.IMAGES]
-    assert image_names([]) == ["trainer", "launcher", *katib.IMAGES]
+    assert image_names([]) == ["trainer", "launcher", "earlystopping", *katib.IMAGES]
 
 
 @pytest.mark.realnode

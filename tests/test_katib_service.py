@@ -18,7 +18,7 @@ BATCH = {"name": "batch", "type": "DISCRETE", "list": ["8", "16", "32"]}
 
 @pytest.fixture(scope="module")
 def channel():
-    srv, port = server("127.0.0.1:0")
+    srv, port = server("Suggestion", "127.0.0.1:0")
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         yield ch
     srv.stop(None)
@@ -137,3 +137,97 @@ def test_grid_skips_the_points_katibs_trials_already_hold_and_ends_at_the_grid(c
         _suggest(channel, exp, trials + [_trial(f"r{i}", a, "SUCCEEDED", 0.7)
                                          for i, a in enumerate(rest)], n=1)
     assert e.value.code() == grpc.StatusCode.OUT_OF_RANGE
+
+
+class _DBManager:
+    """katib-db-manager's GetObservationLog for the test: the objective reports of each trial
+    (the real db-manager answers these on the real Katib: tests/cluster)."""
+
+    def __init__(self, logs: dict[str, list[float]]):
+        self.logs, self.asked = logs, []
+
+    def GetObservationLog(self, request, context):  # noqa: N802
+        pb = api()
+        self.asked.append((request.trial_name, request.metric_name))
+        reply = pb.GetObservationLogReply()
+        for i, v in enumerate(self.logs[request.trial_name]):
+            reply.observation_log.metric_logs.add(
+                time_stamp=f"2026-11-25T12:00:0{i}Z",
+                metric=pb.Metric(name=request.metric_name, value=str(v)))
+        return reply
+
+
+@pytest.fixture
+def db_manager():
+    from concurrent import futures
+
+    pb = api()
+    manager = _DBManager({"t0": [0.6, 0.8, 0.9, 0.2], "t1": [0.7, 0.7, 0.4], "t2": [0.1]})
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        f"{API}.DBManager", {"GetObservationLog": grpc.unary_unary_rpc_method_handler(
+            manager.GetObservationLog,
+            request_deserializer=pb.GetObservationLogRequest.FromString,
+            response_serializer=pb.GetObservationLogReply.SerializeToString)}),))
+    port = srv.add_insecure_port("127.0.0.1:0")
+    srv.start()
+    yield manager, f"127.0.0.1:{port}"
+    srv.stop(None)
+
+
+def _es_call(channel, method: str, request):
+    pb = api()
+    reply = {
+        "GetEarlyStoppingRules": pb.GetEarlyStoppingRulesReply,
+        "ValidateEarlyStoppingSettings": pb.ValidateEarlyStoppingSettingsReply}[method]
+    rpc = channel.unary_unary(f"/{API}.EarlyStopping/{method}",
+                              request_serializer=type(request).SerializeToString,
+                              response_deserializer=reply.FromString)
+    return rpc(request, timeout=60)
+
+
+def test_medianstop_rule_is_the_mean_of_succeeded_trials_first_start_step_reports(db_manager):
+    """Katib's medianstop: from min_trials_required Succeeded trials on, the rule is the mean of
+    their averages over their first start_step reports (read from db-manager once per trial);
+    maximize stops a trial whose best is LESS than it from start_step on."""
+    manager, address = db_manager
+    pb = api()
+    srv, port = server("EarlyStopping", "127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            exp = _experiment("es", "random", [LR])
+            exp.spec.early_stopping.algorithm_name = "medianstop"
+            for k, v in (("min_trials_required", "2"), ("start_step", "2")):
+                exp.spec.early_stopping.algorithm_settings.add(name=k, value=v)
+
+            def rules(*trials):
+                return _es_call(ch, "GetEarlyStoppingRules", pb.GetEarlyStoppingRulesRequest(
+                    experiment=exp, trials=list(trials), db_manager_address=address)
+                ).early_stopping_rules
+
+            assert not rules(_trial("t0", {"lr": "0.01"}, "SUCCEEDED", 0.9),
+                             _trial("t2", {"lr": "0.02"}, "FAILED"))
+            (rule,) = rules(_trial("t0", {"lr": "0.01"}, "SUCCEEDED", 0.9),
+                            _trial("t1", {"lr": "0.05"}, "SUCCEEDED", 0.7),
+                            _trial("t2", {"lr": "0.02"}, "FAILED"),
+                            _trial("t3", {"lr": "0.03"}, "RUNNING"))
+            assert rule.name == "val_auroc" and rule.start_step == 2
+            assert rule.comparison == pb.LESS
+            assert float(rule.value) == pytest.approx(((0.6 + 0.8) / 2 + (0.7 + 0.7) / 2) / 2)
+            assert manager.asked == [("t0", "val_auroc"), ("t1", "val_auroc")]
+
+            good = pb.EarlyStoppingSpec(algorithm_name="medianstop")
+            good.algorithm_settings.add(name="start_step", value="3")
+            _es_call(ch, "ValidateEarlyStoppingSettings",
+                     pb.ValidateEarlyStoppingSettingsRequest(early_stopping=good))
+            for name, value, words in (("start_step", "0", "must be an integer of at least 1"),
+                                       ("patience", "3", "unknown setting patience")):
+                bad = pb.EarlyStoppingSpec(algorithm_name="medianstop")
+                bad.algorithm_settings.add(name=name, value=value)
+                with pytest.raises(grpc.RpcError) as e:
+                    _es_call(ch, "ValidateEarlyStoppingSettings",
+                             pb.ValidateEarlyStoppingSettingsRequest(early_stopping=bad))
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert words in e.value.details()
+    finally:
+        srv.stop(None)

@@ -40,7 +40,10 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_ARG = {"trainer": "CUDA_IMAGE", "launcher": "PYTHON_IMAGE"}
 EXTRA_ARGS = {"trainer": {"TF_PACKAGE": "tensorflow-cpu==2.15.1"}, "launcher": {}}
 BUILD_PIP_CERT = "/run/chexflow-pip-cert.pem"
-IMAGE_NAMES = (*DOCKERFILES, *katib.IMAGES)
+# images made from another of ours: name -> (parent, build argument naming it); the context is
+# images/<name>/ alone
+DERIVED = {"earlystopping": ("launcher", "LAUNCHER_IMAGE")}
+IMAGE_NAMES = (*DOCKERFILES, *DERIVED, *katib.IMAGES)
 PODMAN_CONF = """[containers]
 # no CAP_SYS_RESOURCE here: raising an rlimit fails, so none is set
 default_ulimits = []
@@ -186,6 +189,8 @@ def build_image(name: str, root: Path = REPO_ROOT) -> BuiltImage:
     cached archive."""
     if name in katib.IMAGES:
         return _build_katib(name, root)
+    if name in DERIVED:
+        return _build_derived(name, root)
     if name not in DOCKERFILES:
         raise ImageBuildError(f"unknown image {name!r}: expected one of {', '.join(IMAGE_NAMES)}")
     start = time.monotonic()
@@ -204,6 +209,23 @@ def build_image(name: str, root: Path = REPO_ROOT) -> BuiltImage:
         volumes += ["-v", f"{Path(cert).resolve()}:{BUILD_PIP_CERT}:ro"]
         args = {**args, "PIP_CERT": BUILD_PIP_CERT}
     return _podman_build(name, key, root / DOCKERFILES[name], root, args, volumes, start)
+
+
+def _build_derived(name: str, root: Path) -> BuiltImage:
+    """images/<name>/Dockerfile on our own image DERIVED[name] (built or cached first, and in
+    podman's storage); the key covers the parent's reference, so its content too."""
+    start = time.monotonic()
+    parent_name, arg = DERIVED[name]
+    parent = build_image(parent_name, root)
+    args = {arg: parent.ref}
+    context = root / "images" / name
+    key = content_key(name, args, context)
+    archive = cache_root() / "images" / f"{name}-{key}.tar"
+    if archive.exists():
+        return BuiltImage(name, f"{LOCAL_REGISTRY}/{name}:{key}", archive,
+                          time.monotonic() - start, cached=True)
+    Podman(cache_root() / "podman").ensure_loaded(parent)
+    return _podman_build(name, key, context / "Dockerfile", context, args, [], start)
 
 
 def _build_katib(name: str, root: Path) -> BuiltImage:

@@ -1,5 +1,5 @@
 """`chexflow tune SPEC.yaml [--local|--cluster] [--dry-run] [--trial-command CMD] [--state DIR]`
-and `chexflow katib-suggestion` (Katib's Suggestion gRPC service, run by Katib on a cluster)."""
+and `chexflow katib-suggestion|katib-earlystopping` (Katib's gRPC services, run by Katib)."""
 
 from __future__ import annotations
 
@@ -53,15 +53,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="no progress bar (--cluster has none: one line per change)")
     p.set_defaults(func=run_tune)
 
-    s = sub.add_parser(
-        "katib-suggestion",
-        help="serve Katib's Suggestion gRPC API for grid, multivariate-tpe and "
-        "bayesianoptimization (katib-config runs it in the launcher image)",
-        description="Katib's Suggestion service (api.v1.beta1.Suggestion, grpc.health.v1) "
-        "with the suggesters `chexflow tune --local` uses; Katib's suggestion controller starts "
-        "it for each Experiment whose algorithm katib-config maps to it.")
-    s.add_argument("--address", default="0.0.0.0:6789", help="host:port to listen on")
-    s.set_defaults(func=run_suggestion_service)
+    for command, service, port, what in (
+            ("katib-suggestion", "Suggestion", 6789,
+             "Katib's Suggestion service for grid, multivariate-tpe and bayesianoptimization, "
+             "with the suggesters `chexflow tune --local` uses"),
+            ("katib-earlystopping", "EarlyStopping", 6788,
+             "Katib's EarlyStopping service for medianstop, with the rule `chexflow tune "
+             "--local` uses")):
+        s = sub.add_parser(command, help=f"serve {what.split(',')[0]} (run by Katib)",
+                           description=f"{what} (api.v1.beta1.{service}, grpc.health.v1); "
+                           "Katib starts it for each Experiment that katib-config maps to it.")
+        s.add_argument("--address", default=f"0.0.0.0:{port}", help="host:port to listen on")
+        s.set_defaults(func=run_katib_service, service=service)
 
 
 def _volumes(items: list[str]) -> dict[str, Path]:
@@ -88,14 +91,14 @@ def run_tune(args: argparse.Namespace) -> int:
     return _run_local(args, exp, state_dir)
 
 
-def run_suggestion_service(args: argparse.Namespace) -> int:
+def run_katib_service(args: argparse.Namespace) -> int:
     import logging
 
-    from chexflow.katib.service import server
+    from chexflow.katib.service import API, server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    srv, port = server(args.address)
-    print(f"katib-suggestion: serving api.v1.beta1.Suggestion on port {port}", flush=True)
+    srv, port = server(args.service, args.address)
+    print(f"serving {API}.{args.service} on port {port}", flush=True)
     srv.wait_for_termination()
     return 0
 

@@ -1,4 +1,4 @@
-"""Katib's Suggestion gRPC service (api.v1.beta1.Suggestion) with chexflow's suggesters.
+"""Katib's Suggestion and EarlyStopping gRPC services (api.v1.beta1) with chexflow's code.
 
 Katib runs its Python algorithms (hyperopt, optuna, scikit-optimize) in suggestion images of its
 own; chexflow serves the same libraries through the same suggesters its local runner uses
@@ -8,6 +8,15 @@ for those algorithms; Katib's suggestion controller then starts one per Experime
 grpc.health.v1 to report `manager.v1beta1.Suggestion` SERVING on port 6789, calls
 ValidateAlgorithmSettings once and GetSuggestions each time it needs trials, with the
 Experiment's spec and every Trial so far (their assignments and observed objective).
+
+The EarlyStopping service is medianstop (earlystop.py, Katib's semantics), in the `earlystopping`
+image (the launcher's, whose entrypoint is `chexflow katib-earlystopping`: katib-config gives an
+early-stopping service an image and nothing else). Katib starts it beside the suggestion, on
+port 6788, and asks it for the rule when it creates trials: the mean of the Succeeded trials'
+averages over their first start_step objective reports, read from katib-db-manager. The trial's
+metrics collector checks the rule; when it fires, it ends the trial's process and calls
+SetTrialStatus, which adds the EarlyStopped condition to the Trial (the pod's service account:
+Katib gives it a Role for that) in the pod's namespace.
 
 As in Katib's services, the trials are the history: nothing is stored but the study-level state
 the trials do not carry (optuna's per-trial attributes, keyed by assignment, and the library's
@@ -31,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from chexflow.errors import ChexflowError
+from chexflow.katib.earlystop import median_rule, validate_early_stopping
 from chexflow.katib.experiment import Collector, Experiment, Objective, format_value
 from chexflow.katib.spec import SpecError, parse_parameters
 from chexflow.katib.suggest import (
@@ -43,6 +53,8 @@ from chexflow.katib.suggest import (
 from chexflow.localcluster.katib import CHEXFLOW_ALGORITHMS as ALGORITHMS
 
 PORT = 6789
+EARLY_STOPPING_PORT = 6788
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # the service name Katib's gRPC probes ask for (consts.DefaultGRPCService)
 HEALTH_SERVICE = "manager.v1beta1.Suggestion"
 API = "api.v1.beta1"
@@ -98,7 +110,9 @@ def experiment(msg: Any) -> Experiment:
         name=msg.name, namespace="", objective=objective,
         algorithm=spec.algorithm.algorithm_name,
         algorithm_settings={s.name: s.value for s in spec.algorithm.algorithm_settings},
-        early_stopping=None, early_stopping_settings={},
+        early_stopping=spec.early_stopping.algorithm_name or None,
+        early_stopping_settings={s.name: s.value
+                                 for s in spec.early_stopping.algorithm_settings},
         parallel_trial_count=spec.parallel_trial_count or 3,
         max_trial_count=spec.max_trial_count or None, max_failed_trial_count=None,
         parameters=parse_parameters(items, source=f"experiment {msg.name}"),
@@ -196,29 +210,134 @@ class SuggestionService:
         return api().ValidateAlgorithmSettingsReply()
 
 
-def server(address: str = f"0.0.0.0:{PORT}", workers: int = 4) -> tuple[Any, int]:
-    """A started grpc.Server with the Suggestion service and grpc.health.v1, and its port."""
+class EarlyStoppingService:
+    """medianstop: GetEarlyStoppingRules, SetTrialStatus, ValidateEarlyStoppingSettings."""
+
+    def __init__(self, namespace: str | None = None, api_client: Any = None) -> None:
+        self.namespace = namespace
+        self.api_client = api_client
+        # experiment -> Succeeded trial -> its objective reports, in order (from db-manager)
+        self.logs: dict[str, dict[str, list[float]]] = {}
+        self.lock = threading.Lock()
+
+    def custom_objects(self) -> Any:
+        from kubernetes import client, config
+
+        if self.api_client is None:
+            config.load_incluster_config()
+            self.api_client = client.ApiClient()
+        if self.namespace is None:
+            self.namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        return client.CustomObjectsApi(self.api_client)
+
+    def ValidateEarlyStoppingSettings(self, request: Any, context: Any) -> Any:  # noqa: N802
+        import grpc
+
+        es = request.early_stopping
+        exp = Experiment(
+            name="", namespace="", objective=Objective("maximize", "", None, [], {}),
+            algorithm="", algorithm_settings={}, early_stopping=es.algorithm_name,
+            early_stopping_settings={s.name: s.value for s in es.algorithm_settings},
+            parallel_trial_count=1, max_trial_count=None, max_failed_trial_count=None,
+            parameters=[], trial_template={}, collector=Collector(), resume_policy="Never",
+            raw={})
+        problems = validate_early_stopping(exp)
+        if problems:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          "; ".join(f"{path}: {msg}" for path, msg in problems))
+        return api().ValidateEarlyStoppingSettingsReply()
+
+    def objective_logs(self, address: str, trial: str, metric: str) -> list[float]:
+        """The trial's reports of `metric` from katib-db-manager, oldest first."""
+        import grpc
+
+        pb = api()
+        with grpc.insecure_channel(address) as channel:
+            rpc = channel.unary_unary(
+                f"/{API}.DBManager/GetObservationLog",
+                request_serializer=pb.GetObservationLogRequest.SerializeToString,
+                response_deserializer=pb.GetObservationLogReply.FromString)
+            reply = rpc(pb.GetObservationLogRequest(trial_name=trial, metric_name=metric),
+                        timeout=120)
+        return [float(m.metric.value) for m in reply.observation_log.metric_logs]
+
+    def GetEarlyStoppingRules(self, request: Any, context: Any) -> Any:  # noqa: N802
+        import grpc
+
+        pb = api()
+        try:
+            exp = experiment(request.experiment)
+        except SpecError as e:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        succeeded = [t.name for t in request.trials
+                     if t.status.condition == pb.TrialStatus.TrialConditionType.SUCCEEDED]
+        with self.lock:
+            known = self.logs.setdefault(exp.name, {})
+            for name in succeeded:
+                if name not in known:
+                    known[name] = self.objective_logs(request.db_manager_address, name,
+                                                      exp.objective.metric)
+            rule = median_rule(exp, list(known.values()))
+        reply = pb.GetEarlyStoppingRulesReply()
+        if rule is not None:
+            reply.early_stopping_rules.add(
+                name=rule.metric, value=str(rule.value), start_step=rule.start_step,
+                comparison=pb.LESS if rule.comparison == "less" else pb.GREATER)
+        log.info("%s: rule %s from %d succeeded trial(s)", exp.name, rule, len(known))
+        return reply
+
+    def SetTrialStatus(self, request: Any, context: Any) -> Any:  # noqa: N802
+        import datetime
+
+        custom = self.custom_objects()
+        args = ("kubeflow.org", "v1beta1", self.namespace, "trials", request.trial_name)
+        trial = custom.get_namespaced_custom_object(*args)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [*trial.get("status", {}).get("conditions", []), {
+            "type": "EarlyStopped", "status": "True", "reason": "TrialEarlyStopped",
+            "message": "Trial is early stopped", "lastUpdateTime": now,
+            "lastTransitionTime": now}]
+        custom.patch_namespaced_custom_object_status(*args, {"status": {"conditions":
+                                                                        conditions}})
+        log.info("trial %s/%s: EarlyStopped", self.namespace, request.trial_name)
+        return api().SetTrialStatusReply()
+
+
+SERVICES = {
+    "Suggestion": (SuggestionService, PORT, {
+        "GetSuggestions": ("GetSuggestionsRequest", "GetSuggestionsReply"),
+        "ValidateAlgorithmSettings": ("ValidateAlgorithmSettingsRequest",
+                                      "ValidateAlgorithmSettingsReply")}),
+    "EarlyStopping": (EarlyStoppingService, EARLY_STOPPING_PORT, {
+        "GetEarlyStoppingRules": ("GetEarlyStoppingRulesRequest", "GetEarlyStoppingRulesReply"),
+        "SetTrialStatus": ("SetTrialStatusRequest", "SetTrialStatusReply"),
+        "ValidateEarlyStoppingSettings": ("ValidateEarlyStoppingSettingsRequest",
+                                          "ValidateEarlyStoppingSettingsReply")}),
+}
+
+
+def server(service: str = "Suggestion", address: str | None = None, workers: int = 4,
+           **options: Any) -> tuple[Any, int]:
+    """A started grpc.Server with one of SERVICES (its object built with `options`) and
+    grpc.health.v1, and its port (address: all interfaces on the service's port)."""
     import grpc
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-    pb, service = api(), SuggestionService()
-    methods = {
-        "GetSuggestions": (service.GetSuggestions, pb.GetSuggestionsRequest,
-                           pb.GetSuggestionsReply),
-        "ValidateAlgorithmSettings": (service.ValidateAlgorithmSettings,
-                                      pb.ValidateAlgorithmSettingsRequest,
-                                      pb.ValidateAlgorithmSettingsReply),
-    }
+    pb = api()
+    cls, default_port, methods = SERVICES[service]
+    impl = cls(**options)
     handlers = {name: grpc.unary_unary_rpc_method_handler(
-        fn, request_deserializer=req.FromString, response_serializer=rep.SerializeToString)
-        for name, (fn, req, rep) in methods.items()}
+        getattr(impl, name), request_deserializer=getattr(pb, req).FromString,
+        response_serializer=getattr(pb, rep).SerializeToString)
+        for name, (req, rep) in methods.items()}
     srv = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
     srv.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        f"{API}.Suggestion", handlers),))
+        f"{API}.{service}", handlers),))
     checker = health.HealthServicer()
-    for name in ("", HEALTH_SERVICE):
+    for name in ("", HEALTH_SERVICE, f"{API}.{service}"):
         checker.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(checker, srv)
+    address = address or f"0.0.0.0:{default_port}"
     port = srv.add_insecure_port(address)
     if port == 0:
         raise ServiceError(f"cannot listen on {address}")

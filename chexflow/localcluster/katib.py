@@ -12,7 +12,8 @@ probe (gRPC on its port, as its liveness probe: Ready then means serving), and k
 lists only what runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion
 service for random, tpe, cmaes and sobol, chexflow's own (chexflow.katib.service, in the
 launcher image) for Katib's Python algorithms grid, multivariate-tpe and bayesianoptimization,
-and the File/StdOut metrics collector.
+chexflow's medianstop early-stopping service (the `earlystopping` image: the launcher's with
+`chexflow katib-earlystopping` as entrypoint), and the File/StdOut metrics collector.
 
 katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
 the apiserver through the `kubernetes` Service, which is why --katib starts kube-proxy.
@@ -40,7 +41,8 @@ COLLECTOR, GOPTUNA = "katib-file-metricscollector", "katib-suggestion-goptuna"
 IMAGES = (CONTROLLER, DB_MANAGER, COLLECTOR, GOPTUNA, MYSQL)
 GOPTUNA_ALGORITHMS = ("random", "tpe", "cmaes", "sobol")
 # served by `chexflow katib-suggestion` in the launcher image (chexflow.katib.service)
-LAUNCHER = "launcher"
+LAUNCHER, EARLY_STOPPING = "launcher", "earlystopping"
+EARLY_STOPPING_ALGORITHMS = ("medianstop",)
 CHEXFLOW_ALGORITHMS = ("grid", "multivariate-tpe", "bayesianoptimization")
 # Katib's default suggestion limits (100Mi) are too small for Python with optuna and skopt
 CHEXFLOW_SUGGESTION_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"},
@@ -58,10 +60,10 @@ class KatibError(ChexflowError):
 
 def build_images() -> dict[str, object]:
     """name -> chexflow.imagebuild BuiltImage (ref, archive) of each Katib image and the
-    launcher's (chexflow's suggestion service)."""
+    launcher's and earlystopping's (chexflow's suggestion and early-stopping services)."""
     from chexflow.imagebuild.build import build_image
 
-    return {name: build_image(name) for name in (*IMAGES, LAUNCHER)}
+    return {name: build_image(name) for name in (*IMAGES, LAUNCHER, EARLY_STOPPING)}
 
 
 def components_dir() -> Path:
@@ -71,7 +73,7 @@ def components_dir() -> Path:
 
 def katib_config(refs: dict[str, str]) -> dict:
     """KatibConfig: cert generator on, Job + MPIJob trials, goptuna and chexflow's suggestion
-    services, the file collector."""
+    services, chexflow's medianstop, the file collector."""
     def image(name: str) -> dict:
         return {"image": refs[name], "imagePullPolicy": "Never"}
 
@@ -88,6 +90,9 @@ def katib_config(refs: dict[str, str]) -> dict:
                    "command": ["chexflow", "katib-suggestion"],
                    "resources": CHEXFLOW_SUGGESTION_RESOURCES} for a in CHEXFLOW_ALGORITHMS),
             ],
+            "earlyStoppings": [{"algorithmName": a, **image(EARLY_STOPPING),
+                                "resources": CHEXFLOW_SUGGESTION_RESOURCES}
+                               for a in EARLY_STOPPING_ALGORITHMS],
         },
     }
 

@@ -175,10 +175,10 @@ def test_katib_webhook_accepts_chexnet_random_and_defaults_it(katib_cluster, kat
     """chexnet-random.yaml passes Katib's mutating and validating webhooks (server-side dry
     run: nothing is stored, no trial starts). Its MPIJob success/failure conditions are
     Katib's defaults for Kubeflow jobs: left out, the defaulter puts the same ones back; it gives
-    the list parameters Katib's default distribution."""
+    the list parameters Katib's default distribution. Its `earlyStopping: medianstop` passes:
+    katib-config lists chexflow's early-stopping service for it."""
     spec = _experiment()
     experiment = copy.deepcopy(spec)
-    experiment["spec"].pop("earlyStopping")  # see the medianstop test
     template = experiment["spec"]["trialTemplate"]
     template.pop("successCondition"), template.pop("failureCondition")
     created = _create(katib_cluster.api_client(), katib_namespace, experiment)
@@ -190,16 +190,7 @@ def test_katib_webhook_accepts_chexnet_random_and_defaults_it(katib_cluster, kat
     assert created["spec"]["trialTemplate"]["trialSpec"]["kind"] == "MPIJob"
     for key in ("successCondition", "failureCondition"):
         assert created["spec"]["trialTemplate"][key] == spec["spec"]["trialTemplate"][key]
-
-
-def test_katib_webhook_rejects_medianstop_early_stopping_without_its_service(
-        katib_cluster, katib_namespace):
-    """katib-config lists no early-stopping service (Katib's medianstop is Python, not built
-    here): the specs' `earlyStopping: medianstop` is the one field Katib refuses."""
-    message = _rejection(katib_cluster.api_client(), katib_namespace, _experiment())
-    assert message.count("Invalid value") == 1, message
-    assert ('spec.earlyStopping.algorithmName: Invalid value: "medianstop": unable to get '
-            "EarlyStopping config data for algorithm medianstop") in message
+    assert created["spec"]["earlyStopping"] == spec["spec"]["earlyStopping"]
 
 
 TRIVIAL_TRIAL = ["bash", "-c", 'sleep 3; echo "lr=${trialParameters.lr}"; echo val_auroc=0.5']
@@ -301,6 +292,66 @@ def test_grid_runs_on_the_real_katib_through_chexflows_suggestion_service(
     suggestion = custom.get_namespaced_custom_object(
         "kubeflow.org", "v1beta1", katib_namespace, "suggestions", name)
     assert suggestion["status"]["suggestionCount"] == 3
+
+
+def _pod_logs(cluster, namespace: str) -> dict[str, str]:
+    """The last lines of every container's log in the namespace (for a failure's message)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.api_client())
+    out = {}
+    for pod in core.list_namespaced_pod(namespace).items:
+        for c in pod.spec.containers:
+            try:
+                text = core.read_namespaced_pod_log(pod.metadata.name, namespace,
+                                                    container=c.name, tail_lines=8)
+            except client.ApiException as e:
+                text = f"({e.reason})"
+            out[f"{pod.metadata.name}/{c.name}"] = text
+    return out
+
+
+def test_medianstop_on_the_real_katib_early_stops_a_trial_below_the_first_ones_mean(
+        katib_cluster, katib_namespace, katib_base_image, tmp_path):
+    """medianstop through chexflow's early-stopping service (the `earlystopping` image): the
+    first trial reports val_auroc=0.9 eight times and succeeds; Katib asks the service for the
+    second trial's rule (from db-manager's log of the first: val_auroc less than 0.9 from step
+    2), the second reports 0.1, its metrics collector stops it and calls SetTrialStatus, and
+    Katib counts it EarlyStopped. Which trial runs first is decided by a marker on a host
+    folder both mount."""
+    from kubernetes import client
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    marks.chmod(0o777)
+    custom = client.CustomObjectsApi(katib_cluster.api_client())
+    name = f"median-{katib_namespace[-5:]}"
+    exp = _trivial_experiment(name, katib_base_image)
+    # one group: the process the collector ends when the rule fires (it ends the main
+    # process's only child), and the output Katib's redirection collects
+    script = ('( sleep 3; if mkdir /marks/first 2>/dev/null; then v=0.9; else v=0.1; fi; '
+              'echo "lr=${trialParameters.lr}"; '
+              'for i in 1 2 3 4 5 6 7 8; do echo "val_auroc=$v"; sleep 1; done )')
+    pod = exp["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]
+    pod["containers"][0]["command"] = ["bash", "-c", script]
+    pod["containers"][0]["volumeMounts"] = [{"name": "marks", "mountPath": "/marks"}]
+    pod["volumes"] = [{"name": "marks", "hostPath": {"path": str(marks), "type": "Directory"}}]
+    exp["spec"]["trialTemplate"]["retain"] = True  # the trials' pods stay for _pod_logs
+    exp["spec"]["earlyStopping"] = {"algorithmName": "medianstop", "algorithmSettings": [
+        {"name": "min_trials_required", "value": "1"}, {"name": "start_step", "value": "2"}]}
+    custom.create_namespaced_custom_object("kubeflow.org", "v1beta1", katib_namespace,
+                                           "experiments", exp)
+    status = _wait_experiment(custom, katib_namespace, name)
+    assert _succeeded(status), (status, _pod_logs(katib_cluster, katib_namespace))
+    assert status["trialsSucceeded"] == 1 and status["trialsEarlyStopped"] == 1, status
+    trials = {t["metadata"]["name"]: t for t in custom.list_namespaced_custom_object(
+        "kubeflow.org", "v1beta1", katib_namespace, "trials")["items"]}
+    (stopped,) = [t for t in trials.values() if any(
+        c["type"] == "EarlyStopped" and c["status"] == "True"
+        for c in t["status"]["conditions"])]
+    (rule,) = stopped["spec"]["earlyStoppingRules"]
+    assert rule == {"name": "val_auroc", "value": "0.9", "comparison": "less", "startStep": 2}
+    assert status["currentOptimalTrial"]["bestTrialName"] != stopped["metadata"]["name"]
 
 
 def test_a_second_katib_cluster_is_refused_in_one_line_naming_the_first(katib_cluster, tmp_path):
