@@ -57,8 +57,8 @@ def test_cached_archive_is_reused_without_podman(tmp_path, monkeypatch):
 def test_unknown_image_name_is_one_clear_error():
     import argparse
 
-    with pytest.raises(build.ImageBuildError,
-                       match="unknown image.*expected trainer, launcher, katib-.* or katib$"):
+    with pytest.raises(build.ImageBuildError, match="unknown image.*expected trainer, launcher, "
+                                                    "earlystopping, katib-.* or katib$"):
         cmd_build(argparse.Namespace(names=["trainr"], load=False, dir=None))
 
 
