@@ -143,9 +143,9 @@ class SuggestionService:
     def history(self, exp: Experiment, trials: list[Any], study: Study) -> list[History]:
         """Katib's trials as the suggesters' history, in start order."""
         pb = api()
+        known = {p.name: p for p in exp.parameters}
         out = []
         for t in sorted(trials, key=lambda t: (t.status.start_time, t.name)):
-            known = {p.name: p for p in exp.parameters}
             params = {a.name: known[a.name].typed(a.value)
                       for a in t.spec.parameter_assignments.assignments if a.name in known}
             condition = pb.TrialStatus.TrialConditionType.Name(t.status.condition)
