@@ -223,6 +223,10 @@ def test_a_kwok_that_exits_while_nodes_come_up_is_started_again(tmp_path):
     try:
         first = cluster.processes["kwok"]
         os.kill(first["pid"], signal.SIGKILL)
+        end = time.monotonic() + 10  # SIGKILL is delivered asynchronously: wait for the exit,
+        while _alive(first["pid"], first["exe"]) and time.monotonic() < end:  # or the wait
+            time.sleep(0.05)  # below can see Ready nodes and a kwok not yet gone
+        assert not _alive(first["pid"], first["exe"])
         cluster._wait_kwok_nodes(cluster.api_client(), ["kwok-gpu-0"],
                                  time.monotonic() + 60)
         again = cluster.processes["kwok"]
