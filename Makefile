@@ -21,10 +21,10 @@ setup-control:
 setup-trainer: setup-system
 	images/install-trainer.sh $(TRAINER)
 
-# The local Kubernetes control plane's binaries (chexflow/localcluster/build/build.sh; cached in ~/.cache/chexflow/k8s,
+# The local Kubernetes control plane's binaries (chexflow/devcluster/build/build.sh; cached in ~/.cache/chexflow/k8s,
 # about 6 min cold on an idle 2-core machine, downloads included; nothing to do when cached) and the real node's
 # (build-node.sh: kubelet, CoreDNS, pause). The cluster tests need them. Then Katib's programs
-# (images/katib/build/build.sh, about 2 min cold) and its five images (chexflow/imagebuild/katib.py).
+# (chexflow/devcluster/build/katib/build.sh, about 2 min cold) and its five images (chexflow/devcluster/katib_images.py).
 setup-cluster: setup-system setup-control
 	$(CONTROL)/bin/chexflow cluster build --real-node
 	$(CONTROL)/bin/chexflow images build katib

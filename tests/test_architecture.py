@@ -21,12 +21,17 @@ TOP_LEVEL = ("pipelines", "components", "katib", "mpijob", "bench", "images", "n
 # Layer 0 is every module directly in chexflow/ (errors, envs, kube, ...) but the CLI; a
 # package's `commands` module (its subcommands, registered by chexflow.cli) is the CLI's layer.
 LAYERS = (
-    ("jobs", "data", "imagebuild"),
-    ("train", "evaluate", "localcluster"),
+    ("jobs", "data"),
+    ("train", "evaluate"),
     ("katib", "slurm", "components"),
-    ("pipelines", "bench"),
+    ("pipelines",),
+    ("devcluster",),
+    ("bench",),
     ("cli",),
 )
+# The development floor: the local cluster, its images and Go builds. It sits above the engine
+# (layers 0-4), which never imports it; only the benchmarks and the CLI use it.
+DEV_FLOOR = "chexflow.devcluster"
 
 
 def module_name(path: Path) -> str:
@@ -123,8 +128,6 @@ def test_no_import_cycle_between_chexflow_modules():
 def test_no_import_cycle_between_chexflow_packages():
     edges: dict[str, set[str]] = {}
     for m, targets in graph().items():
-        if m.endswith(".commands"):  # the CLI's layer: composes packages
-            continue
         edges.setdefault(package_of(m), set()).update(
             package_of(t) for t in targets if package_of(t) != package_of(m))
     found = cycles(edges)
@@ -155,4 +158,12 @@ def test_no_chexflow_module_imports_a_top_level_folder():
     bad = [f"{path.relative_to(ROOT)} imports {name}"
            for m, path in modules().items() for name in imported_names(path, m)
            if name.split(".")[0] in TOP_LEVEL]
+    assert not bad, "; ".join(bad)
+
+
+def test_the_engine_never_imports_the_development_floor():
+    floor = layer(DEV_FLOOR + ".x")
+    bad = [f"{m} imports {t}" for m, targets in graph().items()
+           if m != "chexflow" and not m.startswith(DEV_FLOOR) and layer(m) < floor
+           for t in targets if t.startswith(DEV_FLOOR)]
     assert not bad, "; ".join(bad)

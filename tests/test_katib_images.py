@@ -1,4 +1,4 @@
-"""Katib's images (chexflow/imagebuild/katib.py), built and run with podman: MariaDB serves
+"""Katib's images (chexflow/devcluster/katib_images.py), built and run with podman: MariaDB serves
 katib-db-manager, which stores observation logs; the file metrics collector reports a trial's
 metrics to it; goptuna answers health checks and suggestions; the controller reads a katib-config.
 
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.imagebuild import build, katib
-from chexflow.imagebuild.commands import image_names
+from chexflow.devcluster import images as build
+from chexflow.devcluster import katib_images as katib
+from chexflow.devcluster.commands import image_names
 
 REPO = Path(__file__).resolve().parent.parent
 CLIENT = Path(__file__).resolve().parent / "katib_grpc.py"

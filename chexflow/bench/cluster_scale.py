@@ -23,8 +23,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from chexflow.bench.core import machine
-from chexflow.localcluster import nodes as kwok_nodes
-from chexflow.localcluster.controlplane import LocalCluster
+from chexflow.devcluster import nodes as kwok_nodes
+from chexflow.devcluster.controlplane import LocalCluster
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 NAMESPACE = "scale"

@@ -85,8 +85,8 @@ def katib_namespace(api) -> Iterator[str]:
     """A namespace whose pods go to the real node, with Katib's collector injection label."""
     from kubernetes import client
 
-    from chexflow.localcluster.katib import INJECTION_LABEL
-    from chexflow.localcluster.realnode import namespace_annotations
+    from chexflow.devcluster.katib import INJECTION_LABEL
+    from chexflow.devcluster.realnode import namespace_annotations
 
     core = client.CoreV1Api(api)
     name = f"bench-katib-{uuid.uuid4().hex[:5]}"
@@ -119,8 +119,8 @@ def sweep(work: Path, mode: list[str], trials: int, image: str,
 def run(work: Path, trials: int, repeats: int, kubeconfig: Path | None = None) -> list[Result]:
     """Both sides interleaved `repeats` times: two Results (start to the first trial; trial
     end to the next start), Katib minus local, each at most its goal."""
-    from chexflow.imagebuild.build import base_archive
-    from chexflow.localcluster.realnode import RealNode
+    from chexflow.devcluster.images import base_archive
+    from chexflow.devcluster.realnode import RealNode
 
     work.mkdir(parents=True, exist_ok=True)
     first: dict[str, list[float]] = {KATIB_SIDE: [], LOCAL_SIDE: []}

@@ -244,7 +244,7 @@ def cluster(work: Path, kubeconfig: Path | None,
     real node, and Katib if `katib`), else one started here (stopped afterwards)."""
     from kubernetes import config
 
-    from chexflow.localcluster.controlplane import LocalCluster
+    from chexflow.devcluster.controlplane import LocalCluster
 
     if kubeconfig is not None:
         state_dir = Path(kubeconfig).resolve().parent
@@ -279,7 +279,7 @@ def namespace(api, shared: Path) -> Iterator[str]:
     volume of `shared`; deleted afterwards with the PersistentVolume."""
     from kubernetes import client
 
-    from chexflow.localcluster.realnode import namespace_annotations
+    from chexflow.devcluster.realnode import namespace_annotations
 
     core = client.CoreV1Api(api)
     name = f"bench-real-pods-{uuid.uuid4().hex[:5]}"
@@ -328,8 +328,8 @@ def _delete_volume_and_namespace(core, namespace: str, pv: str, timeout: float =
 
 def load_trainer_image(state_dir: Path) -> tuple[str, dict]:
     """The trainer image (built or cached) in the real node's containerd; its reference."""
-    from chexflow.imagebuild.build import build_image
-    from chexflow.localcluster.realnode import RealNode
+    from chexflow.devcluster.images import build_image
+    from chexflow.devcluster.realnode import RealNode
 
     image = build_image("trainer")
     node = RealNode(state_dir)

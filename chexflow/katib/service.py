@@ -40,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from chexflow.errors import ChexflowError
+from chexflow.katib.algorithms import CHEXFLOW, served_on_dev_cluster
 from chexflow.katib.earlystop import median_rule, validate_early_stopping
 from chexflow.katib.experiment import Collector, Experiment, Objective, format_value
 from chexflow.katib.spec import SpecError, parse_parameters
@@ -50,12 +51,13 @@ from chexflow.katib.suggest import (
     make_suggester,
     validate_algorithm,
 )
-from chexflow.localcluster.katib import CHEXFLOW_ALGORITHMS as ALGORITHMS
 
 PORT = 6789
 EARLY_STOPPING_PORT = 6788
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # the service name Katib's gRPC probes ask for (consts.DefaultGRPCService)
+# the algorithms this service serves (katib-config lists it for them on the dev cluster)
+SERVED = served_on_dev_cluster(CHEXFLOW)
 HEALTH_SERVICE = "manager.v1beta1.Suggestion"
 API = "api.v1.beta1"
 PARAMETER_TYPES = {"DOUBLE": "double", "INT": "int", "DISCRETE": "discrete",
@@ -199,10 +201,10 @@ class SuggestionService:
             exp = experiment(request.experiment)
         except SpecError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        if exp.algorithm not in ALGORITHMS:
+        if exp.algorithm not in SERVED:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"unknown algorithm name {exp.algorithm} (this service runs "
-                          f"{', '.join(ALGORITHMS)})")
+                          f"{', '.join(SERVED)})")
         problems = validate_algorithm(exp)
         if problems:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,

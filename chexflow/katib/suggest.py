@@ -32,27 +32,14 @@ from typing import Any
 
 import numpy as np
 
+from chexflow.katib.algorithms import ALGORITHMS
 from chexflow.katib.experiment import Experiment, Parameter
 
-LOCAL_ALGORITHMS = (
-    "random", "tpe", "grid", "multivariate-tpe", "bayesianoptimization", "cmaes", "sobol",
-)
-CLUSTER_ONLY = ("hyperband", "pbt", "enas", "darts")
-# Katib's suggestion services per algorithm (katib-config runtime.suggestions).
-SERVICE = {
-    "random": "hyperopt", "tpe": "hyperopt", "grid": "optuna", "multivariate-tpe": "optuna",
-    "bayesianoptimization": "skopt", "cmaes": "goptuna", "sobol": "goptuna",
-    "hyperband": "hyperband", "pbt": "pbt", "enas": "enas", "darts": "darts",
-}
-LIBRARY = {
-    "random": "hyperopt rand.suggest",
-    "tpe": "hyperopt tpe.suggest",
-    "grid": "optuna GridSampler",
-    "multivariate-tpe": "optuna TPESampler(multivariate=True)",
-    "bayesianoptimization": "scikit-optimize Optimizer",
-    "cmaes": "cmaes CMA (the library Katib's goptuna CMA-ES ports)",
-    "sobol": "optuna QMCSampler(qmc_type='sobol') (closest to Katib's goptuna Sobol)",
-}
+# Derived from the one table of algorithms (algorithms.py).
+LOCAL_ALGORITHMS = tuple(a.name for a in ALGORITHMS.values() if a.library)
+CLUSTER_ONLY = tuple(a.name for a in ALGORITHMS.values() if not a.library)
+SERVICE = {a.name: a.service for a in ALGORITHMS.values()}
+LIBRARY = {a.name: a.library for a in ALGORITHMS.values() if a.library}
 Check = Callable[[str], "str | None"]
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.localcluster import binaries
-from chexflow.localcluster.controlplane import LocalCluster
+from chexflow.devcluster import binaries
+from chexflow.devcluster.controlplane import LocalCluster
 
 NODES = 4
 GPUS_PER_NODE = 8
@@ -82,8 +82,8 @@ def k8s_namespace(k8s_api, request) -> Iterator[str]:
 def trainer_image(k8s_cluster) -> str:
     """images/trainer/Dockerfile built on the Debian base (cached by content in
     ~/.cache/chexflow/images) and loaded into the real node's containerd."""
-    from chexflow.imagebuild.build import build_image
-    from chexflow.localcluster.realnode import RealNode
+    from chexflow.devcluster.images import build_image
+    from chexflow.devcluster.realnode import RealNode
 
     image = build_image("trainer")
     RealNode(k8s_cluster.state_dir).import_image(image.archive)
@@ -96,7 +96,7 @@ def real_namespace(k8s_api, k8s_namespace, tmp_path) -> Iterator[tuple[str, Path
     PersistentVolumeClaim `data` bound to a hostPath volume of a fresh host folder (returned)."""
     from kubernetes import client
 
-    from chexflow.localcluster.realnode import namespace_annotations
+    from chexflow.devcluster.realnode import namespace_annotations
 
     core = client.CoreV1Api(k8s_api)
     core.patch_namespace(k8s_namespace, {"metadata": {"annotations": namespace_annotations()}})
@@ -128,7 +128,7 @@ def hostpath_claim(core, namespace: str, claim: str, folder: Path) -> str:
 def katib_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     """A second cluster with Katib (and kube-proxy) on its real node; kube-proxy runs for one
     cluster per machine, so it first waits (up to 15 min) for another run's to stop."""
-    from chexflow.localcluster import kubeproxy
+    from chexflow.devcluster import kubeproxy
 
     deadline = time.monotonic() + 900
     while kubeproxy.holder() and time.monotonic() < deadline:
@@ -148,8 +148,8 @@ def katib_namespace(katib_cluster, request) -> Iterator[str]:
     its metrics collector into trial pods there."""
     from kubernetes import client
 
-    from chexflow.localcluster.katib import INJECTION_LABEL
-    from chexflow.localcluster.realnode import namespace_annotations
+    from chexflow.devcluster.katib import INJECTION_LABEL
+    from chexflow.devcluster.realnode import namespace_annotations
 
     name = f"k-{request.node.name.lower().replace('_', '-')[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
     name = "".join(c for c in name if c.isalnum() or c == "-")
@@ -163,8 +163,8 @@ def katib_namespace(katib_cluster, request) -> Iterator[str]:
 @pytest.fixture(scope="package")
 def katib_base_image(katib_cluster) -> str:
     """The Debian base image, loaded into the Katib cluster's real node."""
-    from chexflow.imagebuild.build import base_archive
-    from chexflow.localcluster.realnode import RealNode
+    from chexflow.devcluster.images import base_archive
+    from chexflow.devcluster.realnode import RealNode
 
     image = base_archive()
     RealNode(katib_cluster.state_dir).import_image(image.archive)
@@ -172,8 +172,8 @@ def katib_base_image(katib_cluster) -> str:
 
 
 def _katib_image(katib_cluster, name: str) -> str:
-    from chexflow.imagebuild.build import build_image
-    from chexflow.localcluster.realnode import RealNode
+    from chexflow.devcluster.images import build_image
+    from chexflow.devcluster.realnode import RealNode
 
     image = build_image(name)
     RealNode(katib_cluster.state_dir).import_image(image.archive)

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from chexflow.devcluster import nodes
 from chexflow.envs import REPO_ROOT
-from chexflow.localcluster import nodes
 
 pytestmark = pytest.mark.cluster
 

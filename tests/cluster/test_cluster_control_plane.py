@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from chexflow.localcluster import nodes
+from chexflow.devcluster import nodes
 
 pytestmark = pytest.mark.cluster
 
@@ -216,7 +216,7 @@ def test_a_kwok_that_exits_while_nodes_come_up_is_started_again(tmp_path):
     import os
     import signal
 
-    from chexflow.localcluster.controlplane import LocalCluster, _alive
+    from chexflow.devcluster.controlplane import LocalCluster, _alive
 
     cluster = LocalCluster(tmp_path / "c", nodes=1, gpus_per_node=0, die_with_parent=True)
     cluster.start(timeout=120)

@@ -11,12 +11,12 @@ import time
 import pytest
 import yaml
 
+from chexflow.devcluster import nodes
+from chexflow.devcluster.controlplane import KWOK_POD_LOG
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs import kubernetes as kubernetes_backend
 from chexflow.jobs.kubernetes import KubernetesBackend
 from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
-from chexflow.localcluster import nodes
-from chexflow.localcluster.controlplane import KWOK_POD_LOG
 
 pytestmark = pytest.mark.cluster
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chexflow.devcluster import katib, realnode
 from chexflow.envs import REPO_ROOT
-from chexflow.localcluster import katib, realnode
 from tests.conftest import run_chexflow
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
@@ -56,7 +56,7 @@ def _wait_pod(core, ns: str, name: str, timeout: float = 120):
 
 KILLED_STARTER = """
 import sys
-from chexflow.localcluster.controlplane import LocalCluster
+from chexflow.devcluster.controlplane import LocalCluster
 LocalCluster(sys.argv[1], nodes=1, gpus_per_node=0, die_with_parent=True, katib=True).start(600)
 """
 
@@ -72,7 +72,7 @@ def test_a_killed_katib_starter_leaves_no_iptables_rule_claim_or_bridge(tmp_path
     """SIGKILL to the process starting a --katib cluster once kube-proxy has written its rules:
     the reaper stops the cluster, removes every KUBE-* rule and chain and frees the claim.
     (Runs before the session's Katib cluster: one kube-proxy per machine.)"""
-    from chexflow.localcluster import kubeproxy
+    from chexflow.devcluster import kubeproxy
 
     deadline = time.monotonic() + 900
     while kubeproxy.holder():
@@ -357,8 +357,8 @@ def test_medianstop_on_the_real_katib_early_stops_a_trial_below_the_first_ones_m
 def test_a_second_katib_cluster_is_refused_in_one_line_naming_the_first(katib_cluster, tmp_path):
     """kube-proxy's chains are global to the host's network namespace: one --katib cluster per
     machine. The second is refused before it starts anything; the first keeps its rules."""
-    from chexflow.localcluster import kubeproxy
-    from chexflow.localcluster.controlplane import LocalCluster
+    from chexflow.devcluster import kubeproxy
+    from chexflow.devcluster.controlplane import LocalCluster
 
     second = LocalCluster(tmp_path / "second", nodes=1, gpus_per_node=0, die_with_parent=True,
                           katib=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.imagebuild.build import base_archive
-from chexflow.localcluster import realnode
-from chexflow.localcluster.controlplane import LocalCluster
+from chexflow.devcluster import realnode
+from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.images import base_archive
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode]
 
@@ -162,7 +162,7 @@ def _wait_clean(node: realnode.RealNode, timeout: float) -> None:
 
 KILLED_STARTER = """
 import sys, time
-from chexflow.localcluster.controlplane import LocalCluster
+from chexflow.devcluster.controlplane import LocalCluster
 cluster = LocalCluster(sys.argv[1], nodes=1, gpus_per_node=0, die_with_parent=True,
                        real_node=True, node_images=[sys.argv[2]])
 cluster.start(timeout=240)

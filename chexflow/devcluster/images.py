@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chexflow.container_images import DOCKERFILES
+from chexflow.devcluster import katib_images as katib
 from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
-from chexflow.imagebuild import katib
 
 LOCAL_REGISTRY = "chexflow.local"
 DEBIAN_SUITE = "bookworm"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from chexflow.localcluster import crds
+from chexflow.devcluster import crds
 from chexflow.reference import reference_dir
 
 

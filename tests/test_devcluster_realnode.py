@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 
-from chexflow.localcluster import realnode
+from chexflow.devcluster import realnode
 
 
 def test_names_differ_per_state_folder_and_fit_linux_limits(tmp_path):

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from chexflow.devcluster import binaries, certs, crds, katib, kubeproxy, nodes, realnode
 from chexflow.errors import ChexflowError
-from chexflow.localcluster import binaries, certs, crds, katib, kubeproxy, nodes, realnode
 from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
@@ -326,7 +326,7 @@ class LocalCluster:
     def _kwok_args(self, pki: certs.PKI) -> list[str]:
         """kwok manages the annotated nodes and serves their kubelet API on loopback, so
         `kubectl logs` works: every container's log is the file written here (ClusterLogs)."""
-        stages = resources.files("chexflow.localcluster").joinpath("kwok-stages.yaml")
+        stages = resources.files("chexflow.devcluster").joinpath("kwok-stages.yaml")
         pod_log = self.state_dir / "kwok-pod.log"
         # CRI log format, as the kubelet reads container logs: "<RFC3339Nano> stdout F <line>"
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
@@ -406,11 +406,11 @@ class LocalCluster:
 
     def _start_reaper(self) -> None:
         """A detached watcher that stops this cluster (real node included) if this process
-        dies without stopping it (chexflow.localcluster.reaper)."""
+        dies without stopping it (chexflow.devcluster.reaper)."""
         import sys
 
         with open(self.log_dir / "reaper.log", "ab") as out:
-            subprocess.Popen([sys.executable, "-m", "chexflow.localcluster.reaper",
+            subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
                               str(self.state_dir), str(os.getpid())], stdout=out,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)

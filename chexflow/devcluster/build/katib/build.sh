@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds Katib's Go programs from github.com/kubeflow/katib (go.mod beside this script), static
 # (CGO_ENABLED=0): katib-controller, katib-db-manager, file-metricscollector, goptuna-suggestion.
-#   images/katib/build/build.sh [DEST]
+#   chexflow/devcluster/build/katib/build.sh [DEST]
 # DEST defaults to $CHEXFLOW_K8S_CACHE/katib-<key> (~/.cache/chexflow/k8s/katib-<key>), where <key>
 # is the Katib release plus a hash of go.mod, go.sum and this script
-# (chexflow.imagebuild.katib computes the same). Writes SHA256SUMS and VERSIONS beside them.
+# (chexflow.devcluster.katib_images computes the same). Writes SHA256SUMS and VERSIONS beside them.
 # The checksum database lacks the Katib module, hence GONOSUMDB (go.sum holds its hashes). go.mod
 # is complete (`go mod tidy` over tools.go), so builds never rewrite it.
 # Polite on a shared machine: nice, GOFLAGS=-p=2 (override with CHEXFLOW_GO_PARALLEL).

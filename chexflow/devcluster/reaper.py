@@ -4,7 +4,7 @@ PR_SET_PDEATHSIG ends the control plane's processes with their parent, but the r
 leaves pods, containerd shims, mounts, cgroups and a bridge, and with Katib kube-proxy's
 iptables rules and its claim on the machine, which only a cleanup removes:
 
-    python -m chexflow.localcluster.reaper STATE_DIR PARENT_PID
+    python -m chexflow.devcluster.reaper STATE_DIR PARENT_PID
 
 polls PARENT_PID; when it is gone while STATE_DIR/cluster.json still exists, it stops the
 cluster recorded there. It exits by itself once the cluster is stopped normally.
@@ -27,7 +27,7 @@ def _alive(pid: int) -> bool:
 
 
 def watch(state_dir: Path, parent: int, poll: float = 1.0) -> None:
-    from chexflow.localcluster.controlplane import STATE_FILE, LocalCluster
+    from chexflow.devcluster.controlplane import STATE_FILE, LocalCluster
 
     while (state_dir / STATE_FILE).exists():
         if not _alive(parent):

@@ -7,7 +7,7 @@ a change of any pinned module or build step builds a fresh set.
 
 The real node's binaries (kubelet, kube-proxy, CoreDNS, pause; build/build-node.sh) live beside
 them in `node-<key>`, keyed the same way by the files build-node.sh builds from (Katib's programs,
-for its images, too: chexflow.imagebuild.katib).
+for its images, too: chexflow.devcluster.katib_images).
 """
 
 from __future__ import annotations

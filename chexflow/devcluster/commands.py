@@ -1,9 +1,12 @@
-"""`chexflow cluster up|down|env|build`: the local Kubernetes control plane by hand.
+"""`chexflow cluster up|down|env|build` and `chexflow images build`: the dev cluster by hand.
 
     chexflow cluster up                 # builds binaries on first use, then starts (~20 s)
     eval "$(chexflow cluster env)"      # export KUBECONFIG=...
     chexflow cluster down
+    chexflow images build trainer --load     # build (cached by content), load into the cluster
+    chexflow images build katib              # Katib's five images (katib_images.py)
 """
+
 
 from __future__ import annotations
 
@@ -14,11 +17,19 @@ import sys
 import time
 from pathlib import Path
 
+from chexflow.devcluster import katib_images
+from chexflow.devcluster.images import IMAGE_NAMES, ImageBuildError
+
 DEFAULT_DIR = Path(os.environ.get("CHEXFLOW_CLUSTER_DIR",
                                   Path.home() / ".cache" / "chexflow" / "cluster"))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    _register_cluster(subparsers)
+    _register_images(subparsers)
+
+
+def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "cluster", help="local Kubernetes control plane (apiserver, scheduler, mpi-operator, kwok)",
         description="A real Kubernetes control plane on loopback, built from Go modules: etcd, "
@@ -53,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build (or locate) the binaries; prints their folder")
     build.add_argument("--real-node", action="store_true",
                        help="also the real node's (kubelet, CoreDNS, pause)")
-    build.set_defaults(func=cmd_build)
+    build.set_defaults(func=cmd_cluster_build)
 
 
 def _dir_arg(p: argparse.ArgumentParser) -> None:
@@ -62,8 +73,8 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from chexflow.localcluster import realnode
-    from chexflow.localcluster.controlplane import ClusterError, LocalCluster
+    from chexflow.devcluster import realnode
+    from chexflow.devcluster.controlplane import ClusterError, LocalCluster
 
     if args.nodes < 1 or args.gpus_per_node < 0:
         raise ClusterError(f"--nodes must be >= 1 and --gpus-per-node >= 0 "
@@ -98,7 +109,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from chexflow.localcluster.controlplane import LocalCluster
+    from chexflow.devcluster.controlplane import LocalCluster
 
     cluster = LocalCluster.attach(args.dir)
     cluster.stop()
@@ -107,7 +118,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from chexflow.localcluster.controlplane import ClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import ClusterError, LocalCluster
 
     cluster = LocalCluster.attach(args.dir)
     if not cluster.running():
@@ -117,10 +128,66 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_build(args: argparse.Namespace) -> int:
-    from chexflow.localcluster.binaries import ensure_binaries, ensure_node_binaries
+def cmd_cluster_build(args: argparse.Namespace) -> int:
+    from chexflow.devcluster.binaries import ensure_binaries, ensure_node_binaries
 
     print(ensure_binaries())
     if args.real_node:
         print(ensure_node_binaries())
+    return 0
+
+
+def _register_images(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "images", help="build the trainer/launcher/Katib images locally (podman, Debian base)",
+        description="Build images/<name>/Dockerfile (Katib's: images/katib/<name>/, with its Go "
+                    "program built from Katib's module) with podman on a debootstrapped Debian "
+                    "bookworm base; cached by content in ~/.cache/chexflow/images.")
+    sub = p.add_subparsers(dest="images_command", required=True, metavar="ACTION")
+    build = sub.add_parser("build", help="build (or reuse) images; prints name and archive")
+    build.add_argument("names", nargs="*", metavar="NAME",
+                       help=f"images to build: {', '.join(IMAGE_NAMES)}, or {katib_images.GROUP} "
+                            f"for all {len(katib_images.IMAGES)} Katib images (default: all)")
+    build.add_argument("--load", action="store_true",
+                       help="load them into the real node's containerd of the cluster in --dir")
+    build.add_argument("--dir", type=Path, default=DEFAULT_DIR,
+                       help=f"the cluster's state folder for --load (default {DEFAULT_DIR})")
+    build.set_defaults(func=cmd_images_build)
+
+
+def image_names(requested: list[str]) -> list[str]:
+    """The images to build, in order, once each: `katib` stands for Katib's; none means all."""
+    unknown = [n for n in requested if n not in IMAGE_NAMES and n != katib_images.GROUP]
+    if unknown:
+        raise ImageBuildError(f"unknown image(s) {', '.join(unknown)}: expected "
+                              f"{', '.join(IMAGE_NAMES)} or {katib_images.GROUP}")
+    names: list[str] = []
+    for n in requested or list(IMAGE_NAMES):
+        for name in katib_images.IMAGES if n == katib_images.GROUP else [n]:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def cmd_images_build(args: argparse.Namespace) -> int:
+    from chexflow.devcluster.controlplane import ClusterError, LocalCluster
+    from chexflow.devcluster.images import build_image
+    from chexflow.devcluster.realnode import RealNode
+
+    names = image_names(args.names)
+    node = None
+    if args.load:
+        cluster = LocalCluster.attach(args.dir)
+        if not cluster.real_node or not cluster.running():
+            raise ClusterError(f"--load: no running cluster with a real node in {args.dir} "
+                               "(start one: chexflow cluster up --real-node)")
+        node = RealNode(args.dir)
+    for name in names:
+        image = build_image(name)
+        how = "cached" if image.cached else f"built in {image.seconds:.0f} s"
+        print(f"{image.name}: {image.ref} ({how}) {image.archive}", file=sys.stderr)
+        if node:
+            node.import_image(image.archive)
+            print(f"{image.name}: loaded into {node.containerd_socket}", file=sys.stderr)
+        print(image.ref)
     return 0

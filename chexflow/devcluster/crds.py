@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from chexflow.devcluster.binaries import GO_DIR
 from chexflow.errors import ChexflowError
-from chexflow.localcluster.binaries import GO_DIR
 
 MPI_OPERATOR_MODULE = "github.com/kubeflow/mpi-operator"
 KATIB_MODULE = "github.com/kubeflow/katib"

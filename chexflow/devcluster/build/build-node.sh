@@ -4,10 +4,10 @@
 # short plugin list in node/coredns/main.go) and the pod sandbox's `pause` program (C, from the
 # k8s.io/kubernetes module's build/pause/linux/pause.c). containerd, runc and the CNI plugins
 # come from Debian (images/install-system.sh).
-#   chexflow/localcluster/build/build-node.sh [DEST]
+#   chexflow/devcluster/build/build-node.sh [DEST]
 # DEST defaults to $CHEXFLOW_K8S_CACHE/node-<key> (~/.cache/chexflow/k8s/node-<key>), where <key>
 # is the Kubernetes release plus a hash of the files listed in NODE_INPUTS below
-# (chexflow.localcluster.binaries computes the same).
+# (chexflow.devcluster.binaries computes the same).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 export PATH="/usr/local/go/bin:$PATH"

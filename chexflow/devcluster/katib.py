@@ -6,8 +6,8 @@ ConfigMap and the experiment/pod webhooks, whose certificate Katib's own cert ge
 (`init.certGenerator.enable`: it fills the katib-webhook-cert Secret and the webhooks' caBundle).
 The manifests are Katib's own, read from the Katib Go module as crds.py reads the CRDs
 (`manifests/v1beta1/components/...`), with these changes: images are the ones
-chexflow.imagebuild builds (`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run
-with their own entrypoints, mysql keeps its data in an emptyDir, db-manager gets a readiness
+images.py builds (`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run with
+their own entrypoints, mysql keeps its data in an emptyDir, db-manager gets a readiness
 probe (gRPC on its port, as its liveness probe: Ready then means serving), and katib-config
 lists only what runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion
 service for random, tpe, cmaes and sobol, chexflow's own (chexflow.katib.service, in the
@@ -30,8 +30,9 @@ from pathlib import Path
 
 import yaml
 
+from chexflow.devcluster import crds, realnode
 from chexflow.errors import ChexflowError
-from chexflow.localcluster import crds, realnode
+from chexflow.katib import algorithms
 
 NAMESPACE = "kubeflow"
 INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
@@ -39,11 +40,11 @@ CONTROLLER, DB_MANAGER, MYSQL = "katib-controller", "katib-db-manager", "katib-m
 DB_MANAGER_PORT = 6789
 COLLECTOR, GOPTUNA = "katib-file-metricscollector", "katib-suggestion-goptuna"
 IMAGES = (CONTROLLER, DB_MANAGER, COLLECTOR, GOPTUNA, MYSQL)
-GOPTUNA_ALGORITHMS = ("random", "tpe", "cmaes", "sobol")
+GOPTUNA_ALGORITHMS = algorithms.served_on_dev_cluster(algorithms.GOPTUNA)
 # served by `chexflow katib-suggestion` in the launcher image (chexflow.katib.service)
 LAUNCHER, EARLY_STOPPING = "launcher", "earlystopping"
-EARLY_STOPPING_ALGORITHMS = ("medianstop",)
-CHEXFLOW_ALGORITHMS = ("grid", "multivariate-tpe", "bayesianoptimization")
+EARLY_STOPPING_ALGORITHMS = algorithms.EARLY_STOPPING
+CHEXFLOW_ALGORITHMS = algorithms.served_on_dev_cluster(algorithms.CHEXFLOW)
 # Katib's default suggestion limits (100Mi) are too small for Python with optuna and skopt
 CHEXFLOW_SUGGESTION_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"},
                                  "limits": {"cpu": "1", "memory": "1Gi"}}
@@ -59,9 +60,9 @@ class KatibError(ChexflowError):
 
 
 def build_images() -> dict[str, object]:
-    """name -> chexflow.imagebuild BuiltImage (ref, archive) of each Katib image and the
+    """name -> chexflow.devcluster.images BuiltImage (ref, archive) of each Katib image and the
     launcher's and earlystopping's (chexflow's suggestion and early-stopping services)."""
-    from chexflow.imagebuild.build import build_image
+    from chexflow.devcluster.images import build_image
 
     return {name: build_image(name) for name in (*IMAGES, LAUNCHER, EARLY_STOPPING)}
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the local Kubernetes control plane from Go modules (go.mod beside this script):
 # etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and mpi-operator.
-#   chexflow/localcluster/build/build.sh [DEST]
+#   chexflow/devcluster/build/build.sh [DEST]
 # DEST defaults to $CHEXFLOW_K8S_CACHE/<key> (~/.cache/chexflow/k8s/<key>), where <key> is the
-# Kubernetes release plus a hash of go.mod, go.sum and this script (chexflow.localcluster.binaries computes the same).
+# Kubernetes release plus a hash of go.mod, go.sum and this script (chexflow.devcluster.binaries computes the same).
 # Polite on a shared machine: nice, GOFLAGS=-p=2 (override with CHEXFLOW_GO_PARALLEL).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.imagebuild import build
-from chexflow.imagebuild.commands import cmd_build
+from chexflow.devcluster import images as build
+from chexflow.devcluster.commands import cmd_images_build as cmd_build
 
 
 def _tree(root):

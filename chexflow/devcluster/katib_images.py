@@ -2,7 +2,7 @@
 
 Each is images/katib/<name>/Dockerfile on the debootstrapped Debian bookworm base
 (`build.base_ref()`). The four Go programs are built static from github.com/kubeflow/katib
-v0.19.0 (images/katib/build/build.sh, cached by `ensure_katib_binaries` in
+v0.19.0 (chexflow/devcluster/build/katib/build.sh, cached by `ensure_katib_binaries` in
 `$CHEXFLOW_K8S_CACHE/katib-<release>-<hash>`, beside the cluster's binaries) and copied into
 the build context beside their Dockerfile, so an image's content key covers the binary's bytes.
 References are `chexflow.local/<name>:<key>` (no registry: load the archive, `imagePullPolicy:
@@ -51,7 +51,7 @@ from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
 
 KATIB_VERSION = "v0.19.0"
-GO_DIR = REPO_ROOT / "images" / "katib" / "build"
+GO_DIR = Path(__file__).resolve().parent / "build" / "katib"
 BINARIES = ("katib-controller", "katib-db-manager", "file-metricscollector",
             "goptuna-suggestion")
 # image name -> the Go program copied into its context (None: nothing built from Go)
@@ -106,7 +106,7 @@ def missing(bin_dir: Path) -> list[str]:
 
 
 def ensure_katib_binaries() -> Path:
-    """The folder with Katib's programs; runs images/katib/build/build.sh when any is missing."""
+    """The folder with Katib's programs; runs build/katib/build.sh when any is missing."""
     bin_dir = katib_cache_dir()
     if not missing(bin_dir):
         return bin_dir

@@ -1,1 +1,0 @@
-"""Building images/*/Dockerfile with podman on a local Debian base, cached by content."""
