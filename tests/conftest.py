@@ -40,6 +40,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """After pytest's slowest tests: how long each phase of `make test`'s setup took
+    (images/phase.sh writes them to $CHEXFLOW_SETUP_TIMES), so a cold run shows where its
+    minutes went."""
+    path = Path(os.environ.get("CHEXFLOW_SETUP_TIMES", ""))
+    if not path.name or not path.is_file():
+        return
+    rows = [line.split("\t") for line in path.read_text().splitlines() if line.count("\t") == 2]
+    terminalreporter.section("setup phases (make test)")
+    for name, seconds, code in rows:
+        failed = "" if code == "0" else f"  (exit {code})"
+        terminalreporter.write_line(f"{float(seconds):8.1f} s  {name}{failed}")
+    total = sum(float(s) for _, s, _ in rows)
+    terminalreporter.write_line(f"{total:8.1f} s  setup in all")
+
+
 def run_chexflow(*args, check: bool = True, timeout: float = 900, env: dict | None = None,
                  cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `chexflow ARGS...` as a user would; output is captured and shown on failure."""

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs one setup phase and records how long it took, for the summary at the end of `make test`.
+#   images/phase.sh NAME COMMAND [ARGS...]
+# Appends "NAME<TAB>SECONDS<TAB>EXIT" to $CHEXFLOW_SETUP_TIMES when that is set.
+set -u
+name=$1; shift
+start=$(date +%s.%N)
+"$@"; rc=$?
+if [ -n "${CHEXFLOW_SETUP_TIMES:-}" ]; then
+  mkdir -p "$(dirname "$CHEXFLOW_SETUP_TIMES")"
+  printf '%s\t%.1f\t%s\n' "$name" "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$rc" >>"$CHEXFLOW_SETUP_TIMES"
+fi
+exit $rc
