@@ -40,7 +40,7 @@ def tune_args(image: str) -> list[str]:
 
 
 def apply_rbac(api, namespace: str) -> None:
-    """katib/rbac.yaml (the tune Job's account) and mpijob/rbac.yaml, as the README says."""
+    """katib/rbac.yaml (the tune Job's account) and mpijob/rbac.yaml (docs/cluster-jobs.md)."""
     from kubernetes import utils
 
     for path in ("katib/rbac.yaml", "mpijob/rbac.yaml"):
