@@ -74,13 +74,13 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from chexflow.devcluster import realnode
-    from chexflow.devcluster.controlplane import ClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
 
     if args.nodes < 1 or args.gpus_per_node < 0:
-        raise ClusterError(f"--nodes must be >= 1 and --gpus-per-node >= 0 "
+        raise DevClusterError(f"--nodes must be >= 1 and --gpus-per-node >= 0 "
                            f"(got {args.nodes}, {args.gpus_per_node})")
     if (args.dir / "cluster.json").exists() and LocalCluster.attach(args.dir).running():
-        raise ClusterError(f"a cluster is already running from {args.dir}: "
+        raise DevClusterError(f"a cluster is already running from {args.dir}: "
                            f"`chexflow cluster down --dir {args.dir}` first")
     start = time.monotonic()
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
@@ -118,11 +118,11 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from chexflow.devcluster.controlplane import ClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
 
     cluster = LocalCluster.attach(args.dir)
     if not cluster.running():
-        raise ClusterError(f"the cluster recorded in {args.dir} is not running "
+        raise DevClusterError(f"the cluster recorded in {args.dir} is not running "
                            "(start it: chexflow cluster up)")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     return 0
@@ -170,7 +170,7 @@ def image_names(requested: list[str]) -> list[str]:
 
 
 def cmd_images_build(args: argparse.Namespace) -> int:
-    from chexflow.devcluster.controlplane import ClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
     from chexflow.devcluster.images import build_image
     from chexflow.devcluster.realnode import RealNode
 
@@ -179,7 +179,7 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     if args.load:
         cluster = LocalCluster.attach(args.dir)
         if not cluster.real_node or not cluster.running():
-            raise ClusterError(f"--load: no running cluster with a real node in {args.dir} "
+            raise DevClusterError(f"--load: no running cluster with a real node in {args.dir} "
                                "(start one: chexflow cluster up --real-node)")
         node = RealNode(args.dir)
     for name in names:

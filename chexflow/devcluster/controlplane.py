@@ -48,7 +48,7 @@ MPI_OPERATOR_NAMESPACE = "mpi-operator"
 KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
 
 
-class ClusterError(ChexflowError):
+class DevClusterError(ChexflowError):
     """The local control plane failed to start, or is not running."""
 
 
@@ -122,7 +122,7 @@ class LocalCluster:
         """Start every component and wait until nodes are Ready and the default ServiceAccount
         exists; on failure everything started is stopped and the error names the component."""
         if self.running():
-            raise ClusterError(f"a cluster is already running from {self.state_dir}: "
+            raise DevClusterError(f"a cluster is already running from {self.state_dir}: "
                                f"run `chexflow cluster down --dir {self.state_dir}` first")
         self.bin_dir = Path(self.bin_dir or binaries.ensure_binaries())
         node_bin = katib_images = None
@@ -206,10 +206,10 @@ class LocalCluster:
         return any(_alive(p["pid"], p["exe"]) for p in self.processes.values())
 
     def check(self) -> None:
-        """Raise ClusterError naming any component that has exited."""
+        """Raise DevClusterError naming any component that has exited."""
         dead = [n for n, p in self.processes.items() if not _alive(p["pid"], p["exe"])]
         if dead:
-            raise ClusterError(f"component(s) exited: {', '.join(dead)}; "
+            raise DevClusterError(f"component(s) exited: {', '.join(dead)}; "
                                f"see {self.log_dir}/<component>.log")
 
     def __enter__(self) -> LocalCluster:
@@ -232,7 +232,8 @@ class LocalCluster:
         """The cluster recorded in state_dir/cluster.json (started by another process)."""
         path = Path(state_dir) / STATE_FILE
         if not path.exists():
-            raise ClusterError(f"{path}: no cluster recorded here (start one: chexflow cluster up)")
+            raise DevClusterError(f"{path}: no cluster recorded here "
+                                  "(start one: chexflow cluster up)")
         state = json.loads(path.read_text())
         return cls(state_dir=Path(state_dir), nodes=state["nodes"],
                    gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
@@ -372,7 +373,7 @@ class LocalCluster:
         while node.ctr("version", check=False).returncode != 0:
             self.check()
             if time.monotonic() > deadline:
-                raise ClusterError(f"containerd not answering on {node.containerd_socket}; "
+                raise DevClusterError(f"containerd not answering on {node.containerd_socket}; "
                                    f"see {self.log_dir}/containerd.log")
             time.sleep(0.2)
         node.import_image(realnode.pause_archive(node_bin / "pause", node.dir / "pause.oci.tar"))
@@ -430,7 +431,8 @@ class LocalCluster:
                 if e.status != 404:
                     raise
             time.sleep(0.5)
-        raise ClusterError(f"node {realnode.NODE_NAME} not Ready; see {self.log_dir}/kubelet.log")
+        raise DevClusterError(f"node {realnode.NODE_NAME} not Ready; "
+                              f"see {self.log_dir}/kubelet.log")
 
     # ---- readiness -----------------------------------------------------------------------------
     def _ssl_context(self) -> ssl.SSLContext:
@@ -451,7 +453,7 @@ class LocalCluster:
             except OSError as e:
                 last = str(e)
             time.sleep(0.3)
-        raise ClusterError(f"{component} not healthy at {url} ({last}); "
+        raise DevClusterError(f"{component} not healthy at {url} ({last}); "
                            f"see {self.log_dir}/{component}.log")
 
     def _wait_kwok_nodes(self, api, names: list[str], deadline: float) -> None:
@@ -464,7 +466,7 @@ class LocalCluster:
                 nodes.wait_nodes_ready(api, names, max(5.0, deadline - time.monotonic()),
                                        check=self.check)
                 return
-            except ClusterError:
+            except DevClusterError:
                 kwok = self.processes["kwok"]
                 if _alive(kwok["pid"], kwok["exe"]) or attempt == KWOK_START_ATTEMPTS:
                     raise
@@ -499,5 +501,5 @@ class LocalCluster:
                 if e.status != 404:
                     raise
             time.sleep(0.3)
-        raise ClusterError("the controller-manager did not create ServiceAccount default/default; "
-                           f"see {self.log_dir}/kube-controller-manager.log")
+        raise DevClusterError("the controller-manager did not create ServiceAccount "
+                              f"default/default; see {self.log_dir}/kube-controller-manager.log")

@@ -149,7 +149,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from chexflow.pipelines.local_run import run_local
+    from chexflow.pipelines.local_run import run_with_kfp_local
 
     params = {p.name: p for p in pipeline_parameters(args.pipeline)}
     overrides = {k: getattr(args, k) for k in run_parameters() if getattr(args, k) is not None}
@@ -168,7 +168,7 @@ def run_run(args: argparse.Namespace) -> int:
     if missing:
         flags = ", ".join(f"--{p.name.replace('_', '-')}" for p in missing)
         raise ChexflowError(f"{args.pipeline} needs {flags}")
-    run_local(args.pipeline, args.out, args.data, overrides, verbose=args.verbose,
+    run_with_kfp_local(args.pipeline, args.out, args.data, overrides, verbose=args.verbose,
               pvc_host_path=args.pvc_host_path)
     return 0
 

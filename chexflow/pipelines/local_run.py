@@ -186,8 +186,9 @@ def collect_outputs(kfp_root: Path) -> dict[str, Any]:
     return tasks
 
 
-def run_local(name: str, out: Path | None, data: Path | None, overrides: dict[str, Any],
-              verbose: bool = False, pvc_host_path: Path | None = None) -> dict:
+def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
+                       overrides: dict[str, Any], verbose: bool = False,
+                       pvc_host_path: Path | None = None) -> dict:
     """Run pipeline `name` with kfp.local; return (and write) the run summary. OUT defaults to
     ./runs, or PVC_HOST_PATH/runs with the kubernetes backend."""
     from kfp import local

@@ -24,7 +24,7 @@ def run_train(args: argparse.Namespace) -> int:
 
         return train(args)
     from chexflow.runlock import locked_folder, share
-    from chexflow.train.launch import resolve_hosts, run_local
+    from chexflow.train.launch import resolve_hosts, train_with_horovodrun
     from chexflow.train.rundir import check_data, check_options, check_out
 
     hosts = resolve_hosts(args.workers, args.hosts)
@@ -33,5 +33,5 @@ def run_train(args: argparse.Namespace) -> int:
     # the workers join the lock (rank 0 holds it too), so --out stays locked until they are gone
     with locked_folder(args.out, "train") as lock:
         check_out(args)
-        return run_local(args.workers, hosts, TrainOptions.from_namespace(args),
+        return train_with_horovodrun(args.workers, hosts, TrainOptions.from_namespace(args),
                          share(lock, args.out), controller=args.controller)

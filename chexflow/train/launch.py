@@ -90,7 +90,7 @@ def check_controller(controller: str) -> None:
                           "HOROVOD_WITH_MPI=1) or use --controller gloo")
 
 
-def run_local(workers: int, hosts: str | None, options: TrainOptions,
+def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions,
               env: dict[str, str] | None = None, controller: str = "gloo") -> int:
     """Start the workers with horovodrun (controller gloo or mpi) and wait; a worker's own
     error becomes ours, and a worker that died otherwise is named in one line. horovodrun gets
