@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trial-command", metavar="CMD",
                    help="local runs only: shell command run for each trial instead of the "
                    "trialSpec's container; ${trialParameters.NAME} is substituted")
+    p.add_argument("--trial-templates", type=Path, metavar="FILE",
+                   help="the ConfigMap YAML of a spec's trialTemplate.configMap (default: "
+                   "trial-templates.yaml beside the spec or in the folder above it)")
     p.add_argument("--state", type=Path,
                    help="sweep state and results folder (default: runs/tune/EXPERIMENT); "
                    "rerun with the same folder to resume (--cluster: the results folder)")
@@ -82,7 +85,7 @@ def _volumes(items: list[str]) -> dict[str, Path]:
 def run_tune(args: argparse.Namespace) -> int:
     from chexflow.katib.spec import load_experiment
 
-    exp = load_experiment(args.spec, args.overrides)
+    exp = load_experiment(args.spec, args.overrides, args.trial_templates)
     state_dir = args.state or Path("runs") / "tune" / exp.name
     if args.cluster:
         return _run_cluster(args, exp, state_dir)
