@@ -112,7 +112,11 @@ def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
     if args.trial_command is not None:
         raise ChexflowError("--trial-command: runs trials as local shell commands; on a cluster "
                             "Katib runs the trialSpec (change its command with --trial-arg)")
-    exp = cluster_experiment(exp, args.namespace, args.trial_args, parse_claims(args.volumes))
+    sent = cluster_experiment(exp, args.namespace, args.trial_args, parse_claims(args.volumes))
+    if exp.config_map is not None and sent.config_map is None:
+        print(f"spec.trialTemplate: the template of {exp.config_map.where} sent inlined as "
+              "trialSpec (--trial-arg/--volume change it; the ConfigMap stays as it is)")
+    exp = sent
     summary = run_on_cluster(exp, state_dir, args.timeout, args.poll_interval, args.dry_run)
     if not summary:
         return 0
