@@ -22,7 +22,7 @@ from chexflow.train.options import TrainOptions
 # Options the pipeline itself owns: a tuned parameter may not move the data or the output.
 NOT_TUNABLE = ("data", "out")
 # The tune step on a cluster: its job's service account (katib/rbac.yaml) and the trialSpec
-# volume that becomes the run's PVC (katib/specs mount it as `data`).
+# volume that becomes the run's PVC (katib/trial-templates.yaml mounts it as `data`).
 TUNE_SERVICE_ACCOUNT, TUNE_VOLUME = "chexflow-tune", "data"
 # On a cluster the tune Job's pod reads the spec from the run's shared folder, not the step's.
 TUNE_SPEC_COPY = "katib-experiment.yaml"
