@@ -296,10 +296,10 @@ class ClusterSweep:
         run writes nothing and, when the cluster's differs, sends the template inlined."""
         from kubernetes import client
 
-        body, ref, found = self.exp.raw, self.exp.trial_template.get("configMap"), None
+        body, ref, found = self.exp.raw, self.exp.trial_template.get("configMap"), \
+            self.exp.config_map
         if not ref:
             return body, False
-        found = self.exp.config_map
         if found is None:
             files = ", ".join(map(str, self.exp.template_files))
             self.echo(f"{describe(ref)}: not in {files}; Katib reads the cluster's")
