@@ -35,7 +35,7 @@ from chexflow.katib.experiment import (
     Parameter,
 )
 from chexflow.katib.suggest import validate_algorithm
-from chexflow.katib.templates import resolve
+from chexflow.katib.templates import TRIAL_SPEC_PATH, resolve
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
@@ -141,8 +141,13 @@ def load_experiment(path: Path | str, overrides: list[str] | None = None,
     if len(exps) != 1:
         raise SpecError(f"{path}: expected one document of kind Experiment, found {len(exps)}")
     raw = copy.deepcopy(exps[0])
-    config_map, files = resolve(raw, path, trial_templates, overrides or [])
+    # --set into the trialSpec after its ConfigMap's template is inlined (templates.resolve)
+    later = [o for o in overrides or [] if o.startswith(TRIAL_SPEC_PATH)]
     for item in overrides or []:
+        if item not in later:
+            apply_override(raw, item, str(path))
+    config_map, files = resolve(raw, path, trial_templates, later)
+    for item in later:
         apply_override(raw, item, str(path))
     return parse_experiment(raw, str(path), config_map, files)
 

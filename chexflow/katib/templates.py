@@ -92,10 +92,10 @@ def inline(raw: dict, template: ConfigMapTemplate) -> None:
     tt["trialSpec"] = copy.deepcopy(template.trial_spec)
 
 
-def resolve(raw: dict, spec_path: Path, given: Path | None, overrides: list[str]
+def resolve(raw: dict, spec_path: Path, given: Path | None, trial_spec_sets: list[str]
             ) -> tuple[ConfigMapTemplate | None, list[Path]]:
-    """Read the Experiment's ConfigMap template, if it has one (inlined when an override
-    changes the trialSpec); returns it and the files looked in."""
+    """Read the Experiment's ConfigMap template, if it has one (inlined when `--set` changes
+    the trialSpec: `trial_spec_sets`); returns it and the files looked in."""
     spec = raw.get("spec") if isinstance(raw.get("spec"), dict) else {}
     tt = spec.get("trialTemplate") if isinstance(spec.get("trialTemplate"), dict) else {}
     ref = tt.get("configMap")
@@ -106,7 +106,7 @@ def resolve(raw: dict, spec_path: Path, given: Path | None, overrides: list[str]
     if found is None and given is not None:
         raise TemplateError(f"--trial-templates {given}: " + (
             f"no {describe(ref)} in it" if Path(given).is_file() else "no such file"))
-    changes = [o.partition("=")[0] for o in overrides if o.startswith(TRIAL_SPEC_PATH)]
+    changes = [o.partition("=")[0] for o in trial_spec_sets]
     if changes:
         if found is None:
             raise TemplateError(f"{spec_path}: --set {changes[0]}: changes the trial template, "
