@@ -7,6 +7,7 @@ the same against the apiserver with Katib's CRDs."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -86,18 +87,42 @@ def test_cluster_refuses_what_it_cannot_apply_in_one_line(trial_args, claims, me
     assert "\n" not in str(err.value)
 
 
-def test_cluster_refuses_trial_args_for_a_configmap_template(tmp_path):
-    doc = SPEC.read_text().replace("    trialSpec:\n", "    configMap:\n      configMapName: "
-                                   "tpl\n      configMapNamespace: kubeflow\n      templatePath:"
-                                   " mpijob.yaml\n    unusedTrialSpec:\n", 1)
-    path = tmp_path / "cm.yaml"
-    path.write_text(doc)
+def test_cluster_sends_the_configmap_template_by_reference_and_inlines_it_when_changed():
+    """As written, the Experiment sent names the ConfigMap (Katib reads it); with --namespace
+    the ConfigMap kept beside the Experiment moves with it. --trial-arg/--volume change the
+    template: it is sent inlined as trialSpec, the ConfigMap's template as it was."""
+    exp = load_experiment(SPEC)
+    sent = cluster_experiment(exp, "team-a", [], {})
+    assert sent.raw["spec"]["trialTemplate"]["configMap"] == {
+        "configMapName": "chexflow-trial-templates", "configMapNamespace": "team-a",
+        "templatePath": "chexnet-mpijob.yaml"}
+    assert "trialSpec" not in sent.raw["spec"]["trialTemplate"]
+    assert sent.config_map is exp.config_map and sent.trial_spec == exp.config_map.trial_spec
+    changed = cluster_experiment(exp, "team-a", ["epochs=1"], {})
+    template = changed.raw["spec"]["trialTemplate"]
+    assert "configMap" not in template and changed.config_map is None
+    launcher = pod_specs(changed)["Launcher"]["containers"][0]
+    assert flag(launcher["args"], "--epochs") == "1"
+    original = exp.config_map.trial_spec["spec"]["mpiReplicaSpecs"]["Launcher"]
+    assert flag(original["template"]["spec"]["containers"][0]["args"], "--epochs") == "5"
+    assert "configMap" in exp.raw["spec"]["trialTemplate"]  # the loaded spec is unchanged
+
+
+def test_cluster_refuses_trial_args_when_the_configmap_is_not_in_the_repository(tmp_path):
+    """A spec copied away from katib/trial-templates.yaml: sent as written Katib reads the
+    cluster's ConfigMap; --trial-arg cannot change a template chexflow cannot read."""
+    path = tmp_path / "alone.yaml"
+    shutil.copyfile(SPEC, path)
     exp = load_experiment(path)
-    with pytest.raises(ClusterError, match=r"spec.trialTemplate.configMap: --trial-arg and "
-                       r"--volume change the trialSpec, but Katib reads this template from "
-                       r"ConfigMap kubeflow/tpl"):
-        cluster_experiment(exp, None, ["epochs=1"], {})
+    assert exp.config_map is None and exp.trial_spec == {}
     assert cluster_experiment(exp, None, [], {}).raw["spec"]["trialTemplate"]["configMap"]
+    with pytest.raises(ClusterError) as err:
+        cluster_experiment(exp, None, ["epochs=1"], {})
+    assert str(err.value) == (
+        f"{path}: spec.trialTemplate.configMap: --trial-arg and --volume change the trial "
+        "template, but ConfigMap kubeflow/chexflow-trial-templates (chexnet-mpijob.yaml) is in "
+        f"none of {tmp_path / 'trial-templates.yaml'}, {tmp_path.parent / 'trial-templates.yaml'}"
+        ": give its file with --trial-templates FILE")
 
 
 @pytest.mark.parametrize("args, line", [

@@ -266,7 +266,8 @@ def test_a_library_that_fails_fails_the_experiment_as_katib_does(tmp_path: Path)
     assert cond["message"].startswith("Suggestion has failed: scikit-optimize")
 
 
-def test_configmap_templates_pass_validation_and_locally_need_a_trial_command(tmp_path: Path):
+def test_configmap_templates_pass_validation_and_locally_need_their_file_or_a_trial_command(
+        tmp_path: Path):
     d = example("random")
     tt = d["spec"]["trialTemplate"]
     del tt["trialSpec"]
@@ -279,8 +280,11 @@ def test_configmap_templates_pass_validation_and_locally_need_a_trial_command(tm
     parse_experiment(copy.deepcopy(d), "x.yaml")
     spec = write(tmp_path, d)
     line = one_error_line(tune(spec, tmp_path / "s", check=False))
-    assert ("spec.trialTemplate.configMap: the local runner cannot read ConfigMap "
-            "kubeflow/trial-templates (templatePath defaultTrialTemplate.yaml)") in line
+    assert ("spec.trialTemplate.configMap: ConfigMap kubeflow/trial-templates "
+            "(defaultTrialTemplate.yaml) is in none of "
+            f"{tmp_path / 'trial-templates.yaml'}, {tmp_path.parent / 'trial-templates.yaml'}"
+            ": give its file with --trial-templates FILE, or run with --trial-command or "
+            "--cluster") in line
     assert not (tmp_path / "s").exists()
     cmd = f"{PY} -c 'import sys; print(\"loss=\" + sys.argv[1])' ${{trialParameters.learningRate}}"
     tune(spec, tmp_path / "s2", "--trial-command", cmd, *budget(2))

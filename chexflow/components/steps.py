@@ -22,10 +22,12 @@ from chexflow.train.options import TrainOptions
 # Options the pipeline itself owns: a tuned parameter may not move the data or the output.
 NOT_TUNABLE = ("data", "out")
 # The tune step on a cluster: its job's service account (katib/rbac.yaml) and the trialSpec
-# volume that becomes the run's PVC (katib/specs mount it as `data`).
+# volume that becomes the run's PVC (katib/trial-templates.yaml mounts it as `data`).
 TUNE_SERVICE_ACCOUNT, TUNE_VOLUME = "chexflow-tune", "data"
 # On a cluster the tune Job's pod reads the spec from the run's shared folder, not the step's.
 TUNE_SPEC_COPY = "katib-experiment.yaml"
+# ... and the ConfigMap of its trial template (trialTemplate.configMap), when it has one
+TUNE_TEMPLATES_COPY = "katib-trial-templates.yaml"
 # A trial's output folder under WORKDIR/tune/trials on a cluster (the run's folder, which the
 # images' user may write; Katib substitutes the trial's name).
 TRIAL_OUT = "/${trialParameters.trialName}"
@@ -258,7 +260,8 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
     every trial's command (`--trial-arg`): the pipeline's own data and model; `extra_args` are
     more `chexflow tune` options, after them (a user's `--trial-arg` wins). On kubernetes the
     job runs as TUNE_SERVICE_ACCOUNT (katib/rbac.yaml) and reads the spec from WORKDIR's copy
-    (TUNE_SPEC_COPY, written by `tune_step`: the pod has no other path to it), the Experiment is
+    (TUNE_SPEC_COPY, written by `tune_step`: the pod has no other path to it; the same for the
+    file of its ConfigMap template, TUNE_TEMPLATES_COPY), the Experiment is
     created in the run's namespace (not the spec's) and named per run (two runs of one spec do
     not collide), the trialSpec volume TUNE_VOLUME becomes the run's PVC (`--volume`), `data`
     is given as the trial pods see it there, and each trial writes under WORKDIR/tune/trials."""
@@ -282,6 +285,8 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
         name = target.job_name(exp.name[:NAME_MAX - 9])  # room for "-" and the run's 8
         cluster = ["--namespace", target.namespace, "--set", f"metadata.name={name}",
                    "--volume", f"{TUNE_VOLUME}={target.data_pvc}"]
+        if exp.config_map is not None:
+            cluster += ["--trial-templates", target.path(TUNE_TEMPLATES_COPY)]
         target = dataclasses.replace(target, service_account=TUNE_SERVICE_ACCOUNT)
         job_spec_path = target.path(TUNE_SPEC_COPY)
     sets = [a for k, v in trial_args.items() for a in ("--trial-arg", f"{k}={v}")]
@@ -295,6 +300,16 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
     return spec, target
 
 
+def _templates_file(spec_path: str) -> Path:
+    """The file of the spec's ConfigMap template (trialTemplate.configMap)."""
+    from chexflow.katib.spec import load_experiment
+
+    config_map = load_experiment(spec_path).config_map
+    if config_map is None:
+        raise StepError(f"{spec_path}: its trialTemplate.configMap is no longer found")
+    return config_map.file
+
+
 def tune_step(spec_path: str, target: Target, trial_args: dict[str, Any] | None = None,
               extra_args: list[str] | None = None) -> dict[str, Any]:
     """Run a Katib Experiment spec with `chexflow tune` (local runner, or the cluster's Katib;
@@ -303,6 +318,9 @@ def tune_step(spec_path: str, target: Target, trial_args: dict[str, Any] | None 
     if target.backend == "kubernetes":
         Path(target.workdir).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(spec_path, target.path(TUNE_SPEC_COPY))
+        if "--trial-templates" in spec.command:
+            templates = spec.command[spec.command.index("--trial-templates") + 1]
+            shutil.copyfile(_templates_file(spec_path), templates)
     job_target.run(spec)
     optimal = Path(target.path("tune")) / "optimal.json"
     if not optimal.exists():

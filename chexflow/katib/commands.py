@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trial-command", metavar="CMD",
                    help="local runs only: shell command run for each trial instead of the "
                    "trialSpec's container; ${trialParameters.NAME} is substituted")
+    p.add_argument("--trial-templates", type=Path, metavar="FILE",
+                   help="the ConfigMap YAML of a spec's trialTemplate.configMap (default: "
+                   "trial-templates.yaml beside the spec or in the folder above it)")
     p.add_argument("--state", type=Path,
                    help="sweep state and results folder (default: runs/tune/EXPERIMENT); "
                    "rerun with the same folder to resume (--cluster: the results folder)")
@@ -82,7 +85,7 @@ def _volumes(items: list[str]) -> dict[str, Path]:
 def run_tune(args: argparse.Namespace) -> int:
     from chexflow.katib.spec import load_experiment
 
-    exp = load_experiment(args.spec, args.overrides)
+    exp = load_experiment(args.spec, args.overrides, args.trial_templates)
     state_dir = args.state or Path("runs") / "tune" / exp.name
     if args.cluster:
         return _run_cluster(args, exp, state_dir)
@@ -109,7 +112,11 @@ def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
     if args.trial_command is not None:
         raise ChexflowError("--trial-command: runs trials as local shell commands; on a cluster "
                             "Katib runs the trialSpec (change its command with --trial-arg)")
-    exp = cluster_experiment(exp, args.namespace, args.trial_args, parse_claims(args.volumes))
+    sent = cluster_experiment(exp, args.namespace, args.trial_args, parse_claims(args.volumes))
+    if exp.config_map is not None and sent.config_map is None:
+        print(f"spec.trialTemplate: the template of {exp.config_map.where} sent inlined as "
+              "trialSpec (--trial-arg/--volume change it; the ConfigMap stays as it is)")
+    exp = sent
     summary = run_on_cluster(exp, state_dir, args.timeout, args.poll_interval, args.dry_run)
     if not summary:
         return 0

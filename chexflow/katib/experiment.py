@@ -12,6 +12,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 API_VERSION = "kubeflow.org/v1beta1"
@@ -143,6 +144,22 @@ class Collector:
 
 
 @dataclass
+class ConfigMapTemplate:
+    """spec.trialTemplate.configMap's template as a file of the repository holds it."""
+
+    name: str
+    namespace: str
+    key: str  # templatePath
+    file: Path
+    config_map: dict  # the ConfigMap document of `file`
+    trial_spec: dict  # data[key], parsed
+
+    @property
+    def where(self) -> str:
+        return f"ConfigMap {self.namespace}/{self.name} ({self.key})"
+
+
+@dataclass
 class Experiment:
     name: str
     namespace: str
@@ -160,6 +177,9 @@ class Experiment:
     resume_policy: str
     raw: dict
     source: str = ""
+    # a ConfigMap template read from the repository, and the files looked in for it
+    config_map: ConfigMapTemplate | None = None
+    template_files: list[Path] = field(default_factory=list)
 
     @property
     def trial_parameters(self) -> list[dict]:
@@ -167,7 +187,10 @@ class Experiment:
 
     @property
     def trial_spec(self) -> dict:
-        return self.trial_template.get("trialSpec") or {}
+        """The trialSpec, or the template of its ConfigMap when read ({} when not)."""
+        if "trialSpec" in self.trial_template or self.config_map is None:
+            return self.trial_template.get("trialSpec") or {}
+        return self.config_map.trial_spec
 
     def parameter(self, name: str) -> Parameter:
         return next(p for p in self.parameters if p.name == name)
@@ -175,4 +198,6 @@ class Experiment:
     def fingerprint(self) -> str:
         """A hash of the effective spec: a state folder belongs to one spec."""
         text = json.dumps(self.raw, sort_keys=True, default=str)
+        if self.config_map is not None:  # the template Katib reads from the ConfigMap
+            text += json.dumps(self.config_map.trial_spec, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

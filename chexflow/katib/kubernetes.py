@@ -6,6 +6,10 @@ end, and write the local runner's results from its Trials.
   (`trialspec.override_args`); `--volume NAME=PVC` makes the trialSpec volume NAME that
   PersistentVolumeClaim in every pod. The result is checked again with Katib's rules (a
   `--trial-arg` that replaces a `${trialParameters.X}` leaves X unused, which Katib refuses).
+  A ConfigMap template (trialTemplate.configMap) read from the repository (templates.py) is
+  created or updated on the cluster first, in `--namespace` when the spec keeps it beside the
+  Experiment; with `--trial-arg`/`--volume` its template is sent inlined as trialSpec instead
+  (the ConfigMap, which other Experiments may use, stays as it is).
 - While it runs: one line per change of the Experiment's trial counters (with the best trial so
   far, status.currentOptimalTrial), and one line per Trial that ends, with its condition's
   message when it Failed (and the last lines of its primary container's log), had no metrics
@@ -30,7 +34,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NoReturn
 
 from chexflow.errors import ChexflowError
 from chexflow.jobs.kubernetes import Terminated, ignore_sigterm, sigterm_raises
@@ -39,6 +43,7 @@ from chexflow.katib.experiment import Experiment
 from chexflow.katib.results import optimal_entry, trial_line, write_results
 from chexflow.katib.spec import SpecError, parse_experiment
 from chexflow.katib.state import COMPLETED, STATE_FILE, TrialRecord
+from chexflow.katib.templates import describe, inline, not_found
 from chexflow.katib.trialspec import override_args, primary_container
 from chexflow.kube import finished_condition, load_api_client
 
@@ -62,6 +67,9 @@ TRIAL_LOG_LINES = 8  # log lines shown under a Failed trial
 NO_EARLY_STOPPING_SERVICE = "unable to get EarlyStopping config data"
 # ... and for a suggestion algorithm it does not list
 NO_SUGGESTION_SERVICE = "unable to get Suggestion config data"
+# ... and for a ConfigMap template it cannot read (manifest/generator.go errConfigMapNotFound)
+NO_CONFIG_MAP = "configMap not found"
+TEMPLATE_WAIT_S = 15.0  # how long a just-written ConfigMap may take to reach Katib's cache
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -109,18 +117,21 @@ def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[
     """The Experiment to create: `exp` (--set applied) in `namespace`, with --trial-arg set in
     the primary container's command and --volume claims in the trialSpec, checked again."""
     body = copy.deepcopy(exp.raw)
+    template = body["spec"]["trialTemplate"]
+    ref = template.get("configMap")
     if namespace:
         body.setdefault("metadata", {})["namespace"] = namespace
+        if ref and ref.get("configMapNamespace") == exp.namespace:  # kept beside the Experiment
+            ref["configMapNamespace"] = namespace
     if not trial_args and not claims:
-        return parse_experiment(body, exp.source)
+        return parse_experiment(body, exp.source, exp.config_map, exp.template_files)
     head = f"{exp.source}: " if exp.source else ""
-    template = body["spec"]["trialTemplate"]
-    if "trialSpec" not in template:
-        cm = template.get("configMap") or {}
-        raise ClusterError(
-            f"{head}spec.trialTemplate.configMap: --trial-arg and --volume change the trialSpec, "
-            f"but Katib reads this template from ConfigMap {cm.get('configMapNamespace')}/"
-            f"{cm.get('configMapName')}: edit it there, or give the template as trialSpec")
+    if ref is not None:  # a changed template goes with the Experiment, the ConfigMap unchanged
+        if exp.config_map is None:
+            missing = not_found(ref, exp.template_files)
+            raise ClusterError(f"{head}spec.trialTemplate.configMap: --trial-arg and --volume "
+                               f"change the trial template, but {missing}")
+        inline(body, exp.config_map)
     container, pods = primary_container(exp, template["trialSpec"])
     if trial_args:
         _set_trial_args(container, trial_args, head)
@@ -160,6 +171,10 @@ def on_trial_volume(exp: Experiment, volume: str, mount_path: str, path: str) ->
     that PVC is the trialSpec volume `volume` (`--volume VOLUME=PVC`): under the primary
     container's mountPath of that volume."""
     head = f"{exp.source}: " if exp.source else ""
+    ref = exp.trial_template.get("configMap")
+    if ref and exp.config_map is None:
+        raise ClusterError(f"{head}spec.trialTemplate.configMap: the trials' volumes are in its "
+                           f"template, but {not_found(ref, exp.template_files)}")
     container, _ = primary_container(exp, exp.trial_spec)
     mounts = [m.get("mountPath") for m in container.get("volumeMounts") or []
               if m.get("name") == volume]
@@ -261,23 +276,81 @@ class ClusterSweep:
         return f"experiment {self.ns}/{self.name}"
 
     def create(self, dry_run: bool) -> None:
+        body, written = self.apply_template(dry_run)
+        until = time.monotonic() + TEMPLATE_WAIT_S
+        while True:
+            try:
+                self.api.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body,
+                                                         dry_run="All" if dry_run else None)
+                return
+            except Exception as e:
+                # Katib's webhook reads ConfigMaps from its informer's cache: a moment behind
+                if not (written and NO_CONFIG_MAP in _api_message(e)
+                        and time.monotonic() < until):
+                    self._refused(e)
+                time.sleep(1)
+
+    def apply_template(self, dry_run: bool) -> tuple[dict, bool]:
+        """The Experiment to send, and whether its ConfigMap template was just written: the
+        ConfigMap gets the data of the repository's file (created, or its keys updated); a dry
+        run writes nothing and, when the cluster's differs, sends the template inlined."""
+        from kubernetes import client
+
+        body, ref, found = self.exp.raw, self.exp.trial_template.get("configMap"), \
+            self.exp.config_map
+        if not ref:
+            return body, False
+        if found is None:
+            files = ", ".join(map(str, self.exp.template_files))
+            self.echo(f"{describe(ref)}: not in {files}; Katib reads the cluster's")
+            return body, False
+        name, ns = ref["configMapName"], ref["configMapNamespace"]
+        where, data = f"ConfigMap {ns}/{name}", dict(found.config_map.get("data") or {})
+        core = client.CoreV1Api(self.api.api_client)
         try:
-            self.api.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL,
-                                                     self.exp.raw,
-                                                     dry_run="All" if dry_run else None)
+            current = core.read_namespaced_config_map(name, ns).data or {}
         except Exception as e:
-            if getattr(e, "status", None) == 409:
-                raise ClusterError(f"{self.where} already exists: delete it or change "
-                                   f"metadata.name") from e
-            message = _api_message(e)
-            if NO_EARLY_STOPPING_SERVICE in message:
-                message += ("; run it without early stopping with --set spec.earlyStopping=null, "
-                            "or list that algorithm in katib-config's earlyStopping")
-            if NO_SUGGESTION_SERVICE in message:
-                message += ("; this Katib has no suggestion service for that algorithm: pick one "
-                            "its katib-config lists under suggestions, or add the algorithm's "
-                            "service there")
-            raise ClusterError(f"creating {self.where}: {message}") from e
+            if getattr(e, "status", None) != 404:
+                raise ClusterError(f"{where}: reading it: {_api_message(e)}") from e
+            current = None
+        if current is not None and all(current.get(k) == v for k, v in data.items()):
+            self.echo(f"{where}: as in {found.file}")
+            return body, False
+        verb = "created" if current is None else "updated"
+        if dry_run:
+            self.echo(f"{where}: would be {verb} from {found.file}; the dry run sends its "
+                      f"template inlined")
+            body = copy.deepcopy(body)
+            inline(body, found)
+            return body, False
+        labels = (found.config_map.get("metadata") or {}).get("labels") or {}
+        try:
+            if current is None:
+                core.create_namespaced_config_map(ns, {"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": ns, "labels": labels},
+                    "data": data})
+            else:
+                core.patch_namespaced_config_map(name, ns, {"metadata": {"labels": labels},
+                                                            "data": data})
+        except Exception as e:
+            raise ClusterError(f"{where}: not {verb}: {_api_message(e)}") from e
+        self.echo(f"{where}: {verb} from {found.file} (the trial template Katib reads)")
+        return body, True
+
+    def _refused(self, e: Exception) -> NoReturn:
+        """One line for an Experiment the API server or Katib's webhook refused."""
+        if getattr(e, "status", None) == 409:
+            raise ClusterError(f"{self.where} already exists: delete it or change "
+                               f"metadata.name") from e
+        message = _api_message(e)
+        if NO_EARLY_STOPPING_SERVICE in message:
+            message += ("; run it without early stopping with --set spec.earlyStopping=null, "
+                        "or list that algorithm in katib-config's earlyStopping")
+        if NO_SUGGESTION_SERVICE in message:
+            message += ("; this Katib has no suggestion service for that algorithm: pick one "
+                        "its katib-config lists under suggestions, or add the algorithm's "
+                        "service there")
+        raise ClusterError(f"creating {self.where}: {message}") from e
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """An API read; 429/5xx and connection errors are retried until the deadline."""

@@ -62,6 +62,7 @@ from chexflow.katib.suggest import (
     SuggestionFailed,
     make_suggester,
 )
+from chexflow.katib.templates import not_found
 from chexflow.katib.trialspec import (
     local_command,
     map_paths,
@@ -94,11 +95,9 @@ def local_problems(exp: Experiment, trial_command: str | None) -> list[tuple[str
         out.append(("spec.metricsCollectorSpec.collector.kind", f"{exp.collector.kind}: the "
                     f"local runner collects {', '.join(LOCAL_COLLECTORS)}; use --cluster"))
     cm = exp.trial_template.get("configMap")
-    if cm is not None and trial_command is None:
-        out.append(("spec.trialTemplate.configMap", f"the local runner cannot read ConfigMap "
-                    f"{cm.get('configMapNamespace')}/{cm.get('configMapName')} (templatePath "
-                    f"{cm.get('templatePath')}): give the template as trialSpec, or run with "
-                    "--trial-command or --cluster"))
+    if cm is not None and exp.config_map is None and trial_command is None:
+        out.append(("spec.trialTemplate.configMap", f"{not_found(cm, exp.template_files)}, or "
+                    "run with --trial-command or --cluster"))
     if exp.raw["spec"].get("nasConfig") is not None:
         out.append(("spec.nasConfig", "neural architecture search runs only on a cluster"))
     return out

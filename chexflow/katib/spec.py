@@ -29,11 +29,13 @@ from chexflow.katib.experiment import (
     DEFAULT_TFEVENT_DIR,
     TRIAL_PARAM_RE,
     Collector,
+    ConfigMapTemplate,
     Experiment,
     Objective,
     Parameter,
 )
 from chexflow.katib.suggest import validate_algorithm
+from chexflow.katib.templates import TRIAL_SPEC_PATH, resolve
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40
@@ -124,8 +126,10 @@ def _shape(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def load_experiment(path: Path | str, overrides: list[str] | None = None) -> Experiment:
-    """Read, default and validate an Experiment YAML file (`overrides`: `--set PATH=VALUE`)."""
+def load_experiment(path: Path | str, overrides: list[str] | None = None,
+                    trial_templates: Path | None = None) -> Experiment:
+    """Read, default and validate an Experiment YAML file (`overrides`: `--set PATH=VALUE`);
+    a ConfigMap template is read from `trial_templates` or beside the spec (templates.py)."""
     path = Path(path)
     try:
         docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
@@ -137,9 +141,15 @@ def load_experiment(path: Path | str, overrides: list[str] | None = None) -> Exp
     if len(exps) != 1:
         raise SpecError(f"{path}: expected one document of kind Experiment, found {len(exps)}")
     raw = copy.deepcopy(exps[0])
+    # --set into the trialSpec after its ConfigMap's template is inlined (templates.resolve)
+    later = [o for o in overrides or [] if o.startswith(TRIAL_SPEC_PATH)]
     for item in overrides or []:
+        if item not in later:
+            apply_override(raw, item, str(path))
+    config_map, files = resolve(raw, path, trial_templates, later)
+    for item in later:
         apply_override(raw, item, str(path))
-    return parse_experiment(raw, str(path))
+    return parse_experiment(raw, str(path), config_map, files)
 
 
 def apply_override(raw: dict, item: str, source: str = "") -> None:
@@ -209,8 +219,11 @@ def _settings(errors: _Errors, path: str, items: Any) -> dict[str, str]:
     return out
 
 
-def parse_experiment(raw: dict, source: str = "") -> Experiment:
-    """Katib's defaults and validation of an Experiment document already read from YAML."""
+def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate | None = None,
+                     template_files: list[Path] | None = None) -> Experiment:
+    """Katib's defaults and validation of an Experiment document already read from YAML
+    (`config_map`: its ConfigMap template, read from `template_files`, checked as Katib's
+    webhook checks the one it reads from the cluster)."""
     errors = _Errors(source)
     if raw.get("apiVersion") != API_VERSION:
         errors.add("apiVersion", f"{raw.get('apiVersion')!r}: expected {API_VERSION}")
@@ -262,7 +275,9 @@ def parse_experiment(raw: dict, source: str = "") -> Experiment:
 
     parameters = _parameters(errors, spec)
     template = errors.mapping("spec.trialTemplate", spec.get("trialTemplate"), required=True)
-    _trial_template(errors, template, parameters)
+    if "configMap" not in template:
+        config_map = None
+    _trial_template(errors, template, parameters, config_map)
     collector = _metrics_collector(errors, spec)
 
     exp = Experiment(
@@ -282,6 +297,8 @@ def parse_experiment(raw: dict, source: str = "") -> Experiment:
         resume_policy=resume,
         raw=raw,
         source=source,
+        config_map=config_map,
+        template_files=list(template_files or []),
     )
     if algorithm and not errors.items:
         for path, msg in validate_algorithm(exp):
@@ -460,7 +477,8 @@ def _apply_kind_defaults(tt: dict, kind: str) -> None:
         tt["primaryPodLabels"] = dict(labels)
 
 
-def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter]) -> None:
+def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter],
+                    config_map: ConfigMapTemplate | None) -> None:
     path = "spec.trialTemplate"
     if not tt:
         return
@@ -492,7 +510,10 @@ def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter]) -> N
     names = {p.name for p in parameters}
     declared: set[str] = set()
     refs: set[str] = set()
-    used = template_references(spec) if spec is not None else None
+    body, where = spec, f"{path}.trialSpec"
+    if spec is None and config_map is not None:  # as Katib's webhook reads it from the cluster
+        body, where = config_map.trial_spec, f"{path}.configMap: {config_map.where}"
+    used = template_references(body) if body is not None else None
     for i, tp in enumerate(trial_params):
         tpath = f"{path}.trialParameters[{i}]"
         tname = errors.text(f"{tpath}.name", tp.get("name"))
@@ -518,21 +539,20 @@ def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter]) -> N
             errors.add(f"{tpath}.name", f"parameter name: {tname} in spec.trialParameters not "
                        f"found in spec.trialTemplate (as ${{trialParameters.{tname}}})")
             return
-    if spec is None:  # a ConfigMap template is read by Katib on the cluster
+    if body is None:  # a ConfigMap template not read here: Katib reads it on the cluster
         return
     for undeclared in sorted(used - declared):
-        errors.add(f"{path}.trialSpec", f"parameters: ${{trialParameters.{undeclared}}} in "
+        errors.add(where, f"parameters: ${{trialParameters.{undeclared}}} in "
                    "spec.trialTemplate not found in spec.trialParameters")
-    meta = spec.get("metadata") if isinstance(spec.get("metadata"), dict) else {}
+    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     if meta.get("name") or meta.get("namespace"):
-        errors.add(f"{path}.trialSpec.metadata",
+        errors.add(f"{where}.metadata" if spec is not None else where,
                    "metadata.name and metadata.namespace in spec.trialTemplate must be omitted")
-    if not spec.get("apiVersion") or not spec.get("kind"):
-        errors.add(f"{path}.trialSpec",
-                   "APIVersion and Kind in spec.trialTemplate must be specified")
-    elif spec.get("kind") == "Job" and spec.get("apiVersion") == "batch/v1":
-        for pointer in unknown_fields(spec):
-            errors.add(f"{path}.trialSpec", f"invalid spec.trialTemplate: unable to convert: "
+    if not body.get("apiVersion") or not body.get("kind"):
+        errors.add(where, "APIVersion and Kind in spec.trialTemplate must be specified")
+    elif body.get("kind") == "Job" and body.get("apiVersion") == "batch/v1":
+        for pointer in unknown_fields(body):
+            errors.add(where, f"invalid spec.trialTemplate: unable to convert: "
                        f"{pointer} to Job (no such field)")
 
 

@@ -24,7 +24,15 @@ SPEC = REPO_ROOT / "katib" / "specs" / "chexnet-random.yaml"
 
 
 def _experiment(path: Path = SPEC) -> dict:
-    return next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    """The spec with its ConfigMap's template inlined as trialSpec (Katib defaults a trialSpec;
+    test_cluster_katib_tune.py has Katib read the ConfigMap)."""
+    from chexflow.katib.spec import load_experiment
+
+    doc = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    template = doc["spec"]["trialTemplate"]
+    if template.pop("configMap", None) is not None:
+        template["trialSpec"] = load_experiment(path).trial_spec
+    return doc
 
 
 def _create(api, ns: str, experiment: dict, dry_run: str | None = "All"):

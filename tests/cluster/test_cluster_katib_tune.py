@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from chexflow.envs import REPO_ROOT
 
@@ -75,6 +78,56 @@ def test_the_shipped_spec_with_medianstop_passes_katibs_webhook(
                         "--set", "spec.maxTrialCount=2", "--set", "spec.maxFailedTrialCount=1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not _experiments(katib_cluster.api_client(), katib_namespace)
+    # a dry run writes no ConfigMap: Katib's webhook checks the same template sent inlined
+    assert (f"ConfigMap {katib_namespace}/chexflow-trial-templates: would be created from "
+            f"{REPO_ROOT / 'katib' / 'trial-templates.yaml'}; the dry run sends its template "
+            "inlined") in proc.stdout, proc.stdout
+
+
+def test_katib_makes_each_trial_from_the_configmap_template_tune_applies(
+        katib_cluster, katib_namespace, tmp_path):
+    """The shipped spec as written (trialTemplate.configMap): `chexflow tune --cluster` creates
+    ConfigMap chexflow-trial-templates beside the Experiment from katib/trial-templates.yaml,
+    and Katib's controller makes the trial's MPIJob from it with the trial's values put in.
+    Its workers would need GPUs and the data PVC: the test stops at the MPIJob (stopping the
+    command deletes the Experiment, its trial and job)."""
+    from kubernetes import client
+
+    ns, api = katib_namespace, katib_cluster.api_client()
+    proc = subprocess.Popen(
+        [*CHEXFLOW, "tune", str(SPEC), "--cluster", "--namespace", ns, "--state",
+         str(tmp_path / "state"), "--poll-interval", "3", "--set", f"metadata.name=cm-{ns[-5:]}",
+         "--set", "spec.maxTrialCount=1", "--set", "spec.parallelTrialCount=1",
+         "--set", "spec.maxFailedTrialCount=1", "--set", "spec.earlyStopping=null"],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "KUBECONFIG": str(katib_cluster.kubeconfig)})
+    custom, jobs, values = client.CustomObjectsApi(api), [], {}
+    try:
+        deadline = time.monotonic() + 300
+        while not jobs and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(3)
+            jobs = custom.list_namespaced_custom_object("kubeflow.org", "v2beta1", ns,
+                                                        "mpijobs")["items"]
+        if jobs:  # the Trial of the same name, while it exists
+            trial_obj = custom.get_namespaced_custom_object(
+                "kubeflow.org", "v1beta1", ns, "trials", jobs[0]["metadata"]["name"])
+            values = {a["name"]: a["value"] for a in trial_obj["spec"]["parameterAssignments"]}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=180)
+    assert jobs, out + err
+    (shipped,) = [d for d in yaml.safe_load_all(
+        (REPO_ROOT / "katib" / "trial-templates.yaml").read_text()) if d]
+    assert f"ConfigMap {ns}/chexflow-trial-templates: created from" in out, out
+    on_cluster = client.CoreV1Api(api).read_namespaced_config_map("chexflow-trial-templates", ns)
+    assert on_cluster.data == shipped["data"]
+    trial = jobs[0]["metadata"]["name"]
+    assert jobs[0]["metadata"]["ownerReferences"][0]["kind"] == "Trial"
+    launcher = jobs[0]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    args = launcher["args"]
+    assert args[args.index("--out") + 1] == f"/mnt/chexflow/runs/katib/{trial}"
+    for flag in ("--lr", "--batch-size", "--optimizer", "--weight-decay"):
+        assert args[args.index(flag) + 1] == values[flag[2:]], (args, values)
 
 
 def test_an_algorithm_without_a_suggestion_service_is_refused_with_katibs_message(

@@ -358,6 +358,40 @@ def test_stopping_tune_cluster_deletes_the_experiment_and_its_trials(
     wait_for("Experiment and its Trial deleted (garbage collector)", gone, timeout=60)
 
 
+def test_tune_cluster_creates_the_configmap_template_beside_the_experiment_and_updates_it(
+        k8s_api, k8s_namespace, tmp_path):
+    """The spec as written names ConfigMap chexflow-trial-templates: --cluster creates it in
+    --namespace from katib/trial-templates.yaml before the Experiment, and a later run puts the
+    file's template back in it (a key of its own that the ConfigMap has stays)."""
+    from kubernetes import client
+
+    ns, core = k8s_namespace, client.CoreV1Api(k8s_api)
+    templates = REPO_ROOT / "katib" / "trial-templates.yaml"
+    (shipped,) = [d for d in yaml.safe_load_all(templates.read_text()) if d]
+    name = shipped["metadata"]["name"]
+
+    def run(experiment: str) -> list[str]:
+        tune = Tune("--namespace", ns, "--state", str(tmp_path / experiment), "--timeout", "3",
+                    "--poll-interval", "0.3", "--set", f"metadata.name={experiment}")
+        code, err = tune.finish()
+        assert code == 2 and "not finished after 3 s" in err, err
+        return tune.lines
+
+    lines = run("first")
+    assert f"ConfigMap {ns}/{name}: created from {templates} (the trial template Katib reads)" \
+        in lines, lines
+    made = core.read_namespaced_config_map(name, ns)
+    assert made.data == shipped["data"] and made.metadata.labels == shipped["metadata"]["labels"]
+    core.patch_namespaced_config_map(name, ns, {"data": {"chexnet-mpijob.yaml": "edited",
+                                                         "mine.yaml": "kept"}})
+    lines = run("second")
+    assert f"ConfigMap {ns}/{name}: updated from {templates} (the trial template Katib reads)" \
+        in lines, lines
+    assert core.read_namespaced_config_map(name, ns).data == {**shipped["data"],
+                                                              "mine.yaml": "kept"}
+    assert f"ConfigMap {ns}/{name}: as in {templates}" in run("third")
+
+
 def test_tune_service_account_from_katib_rbac_yaml_follows_an_experiment_to_a_failed_suggestion_and_nothing_more(  # noqa: E501
         k8s_cluster, k8s_api, k8s_namespace, tmp_path):
     """The tune step's account (katib/rbac.yaml) runs the whole command: create, follow, read
@@ -366,7 +400,7 @@ def test_tune_service_account_from_katib_rbac_yaml_follows_an_experiment_to_a_fa
     from kubernetes import client, utils
     from kubernetes.client.rest import ApiException
 
-    from chexflow.katib.kubernetes import ClusterSweep, run_on_cluster
+    from chexflow.katib.kubernetes import ClusterSweep, cluster_experiment, run_on_cluster
 
     ns = k8s_namespace
     docs = [d for d in yaml.safe_load_all((REPO_ROOT / "katib" / "rbac.yaml").read_text()) if d]
@@ -375,7 +409,10 @@ def test_tune_service_account_from_katib_rbac_yaml_follows_an_experiment_to_a_fa
     as_sa = k8s_cluster.api_client()
     as_sa.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:{sa}")
 
-    exp = load_experiment(SPEC, [*SETS, f"metadata.namespace={ns}"])
+    # as the tune step sends it: its --volume data=PVC inlines the ConfigMap's template (the
+    # account writes no ConfigMap)
+    exp = cluster_experiment(load_experiment(SPEC, SETS), ns, [], {"data": "run-pvc"})
+    assert "configMap" not in exp.raw["spec"]["trialTemplate"]
     lines: list[str] = []
     outcome: dict = {}
 
