@@ -137,6 +137,9 @@ def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
         nxt = dry_run(exp, state, args.trial_command, volumes, args.trial_args)
         print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}; "
               f"{len(state.trials)} trials so far; next {len(nxt)}:")
+        notes = {s.pop("note") for s in nxt if "note" in s}
+        for note in sorted(notes):
+            print(f"note: {note}")
         for s in nxt:
             print(json.dumps(s))
         return 0

@@ -35,7 +35,7 @@ from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.earlystop import RuleChecker, StopRule, median_rule
-from chexflow.katib.experiment import Experiment
+from chexflow.katib.experiment import DEFAULT_FILE_PATH, Experiment
 from chexflow.katib.metrics import (
     CollectorError,
     TextParser,
@@ -63,9 +63,12 @@ from chexflow.katib.suggest import (
     make_suggester,
 )
 from chexflow.katib.trialspec import (
-    local_command,
+    WRAPPED_COLLECTORS,
+    katib_wrap,
+    local_command_parts,
     map_paths,
     primary_container,
+    quoting_note,
     render_command_string,
     render_trial_spec,
     trial_values,
@@ -202,11 +205,15 @@ class LocalRunner:
         return d
 
     def collector_paths(self, rec: TrialRecord) -> tuple[str, Path] | None:
-        """(container folder, local folder) of a File/TensorFlowEvent collector's path."""
+        """(container folder, local folder) of the collector's path (StdOut: /var/log/katib,
+        where Katib's wrapper writes the output and its pid file)."""
         c = self.exp.collector
-        if c.kind not in ("File", "TensorFlowEvent"):
+        if c.kind not in ("StdOut", "File", "TensorFlowEvent"):
             return None
-        folder = os.path.dirname(c.path) if c.kind == "File" else c.path.rstrip("/")
+        if c.kind == "StdOut":  # Katib mounts its folder at /var/log/katib for StdOut too
+            folder = os.path.dirname(DEFAULT_FILE_PATH)
+        else:
+            folder = os.path.dirname(c.path) if c.kind == "File" else c.path.rstrip("/")
         if self.trial_command is None:
             spec = render_trial_spec(self.exp, rec.name, rec.parameters)
             _, pods = primary_container(self.exp, spec)
@@ -237,9 +244,23 @@ class LocalRunner:
             cmd = render_command_string(self.trial_command, values)
             return (cmd.replace(paths[0], str(paths[1])) if paths else cmd), {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
-        argv, env = local_command(self.exp, spec, self.volumes,
-                                  self.state.directory / "volumes", self.trial_args)
-        return (map_paths(argv, {paths[0]: paths[1]}) if paths else argv), env
+        argv, env, ours = local_command_parts(self.exp, spec, self.volumes,
+                                              self.state.directory / "volumes", self.trial_args)
+        if paths:
+            argv = map_paths(argv, {paths[0]: paths[1]})
+        if self.exp.collector.kind in WRAPPED_COLLECTORS and paths:
+            container, _ = primary_container(self.exp, spec)
+            kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
+                        if "name" in e and "value" in e}
+            argv = katib_wrap(argv, ours, self.exp.collector.kind, str(paths[1]), kube_env,
+                              early_stopping=rec.rule is not None)
+        return argv, env
+
+    def quoting_note(self, rec: TrialRecord) -> str | None:
+        """The line saying why Katib's join breaks this trial's command, and how to fix it."""
+        if self.trial_command is not None or self.exp.collector.kind not in WRAPPED_COLLECTORS:
+            return None
+        return trial_quoting_note(self.exp, rec.name, rec.parameters)
 
     def suggest(self, n: int) -> list[TrialRecord]:
         try:
@@ -370,6 +391,8 @@ class LocalRunner:
             rec.status = "Failed"
             tail = run.error_line or " | ".join(x for x in run.lines if x)[-300:]
             rec.message = f"exit code {code}" + (f": {tail}" if tail else "")
+            if (note := self.quoting_note(rec)) is not None:
+                rec.message += f" ({note})"
         elif (error := self._collect(rec)) is not None:
             rec.status, rec.message = "Failed", f"metrics collector: {error}"
         elif self.exp.objective.metric not in rec.logs:
@@ -540,5 +563,16 @@ def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
             container, _ = primary_container(exp, spec)
             argv = (container.get("command") or []) + (container.get("args") or [])
             cmd = " ".join(map(str, argv))
-        out.append({"trial": rec.name, "parameters": s.parameters, "command": cmd})
+        entry = {"trial": rec.name, "parameters": s.parameters, "command": cmd}
+        if (note := runner.quoting_note(rec)) is not None:
+            entry["note"] = note
+        out.append(entry)
     return out
+
+
+def trial_quoting_note(exp: Experiment, trial: str, parameters: dict[str, Any]) -> str | None:
+    """quoting_note for the primary container of this trial's rendered trialSpec."""
+    spec = render_trial_spec(exp, trial, parameters)
+    container, _ = primary_container(exp, spec)
+    return quoting_note(container, f"spec.trialTemplate.trialSpec container "
+                                   f"{container.get('name')!r}")

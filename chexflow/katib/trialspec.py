@@ -5,6 +5,13 @@ references such as `${trialSpec.Name}`). `local_command` takes the primary conta
 command + args; an MPIJob launcher's `mpirun -np N ... python ...` becomes
 `horovodrun -np N -H localhost:N --gloo TRAINER_PYTHON ...` (the trainer environment plays the
 training image), and paths under the pod's volumeMounts are mapped to local folders.
+
+`katib_wrap` then does what Katib's pod webhook does to the primary container for the StdOut,
+File and TensorFlowEvent collectors (`pkg/webhook/v1beta1/pod/utils.go` `wrapWorkerContainer`,
+v0.19.0): command and args joined with spaces, without quoting, under `sh -c` (or under the
+user's own `sh -c`/`bash -c`), with the completion marker `echo completed > DIR/$$$$.pid`
+appended, and Kubernetes' `$(VAR)`/`$$` expansion applied as the kubelet does. So a command
+that the shell re-reads differently on Katib breaks here with the same `sh` message.
 """
 
 from __future__ import annotations
@@ -29,6 +36,16 @@ MPI_ONE_VALUE = {
 }
 MPI_TWO_VALUES = {"-mca", "--mca", "-gmca", "--gmca", "-genv"}
 PYTHONS = ("python", "python3")
+# Katib's NeedWrapWorkerMetricsCollectorList (pkg/webhook/v1beta1/pod/const.go)
+WRAPPED_COLLECTORS = ("StdOut", "File", "TensorFlowEvent")
+TRAINING_COMPLETED = "completed"  # mccommon.TrainingCompleted
+TRAINING_EARLY_STOPPED = "early-stopped"  # mccommon.TrainingEarlyStopped
+# Characters that make sh read a word differently from the argument it was (dash, POSIX).
+SHELL_SPECIAL = frozenset(" \t\n|&;<>()$`\\\"'*?[")
+QUOTING_WHY = ("Katib's metrics collector joins command and args with spaces, without quoting, "
+               "and runs them with sh -c")
+QUOTING_HOW = ("put the command in a script file, or write command: [sh, -c] with the whole "
+               "command line as one quoted string in args")
 
 
 class TrialSpecError(ChexflowError):
@@ -199,6 +216,15 @@ def split_mpirun(argv: list[str], where: str) -> tuple[int, list[str]]:
 def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
                   trial_args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment a local trial runs for this rendered trialSpec."""
+    argv, env, _ = local_command_parts(exp, spec, volumes, default_root, trial_args)
+    return argv, env
+
+
+def local_command_parts(exp: Experiment, spec: dict, volumes: dict[str, Path],
+                        default_root: Path, trial_args: list[str]
+                        ) -> tuple[list[str], dict[str, str], int]:
+    """local_command, and how many leading words of the argv are chexflow's local stand-ins
+    (horovodrun and its options, the trainer's python): `katib_wrap` quotes those only."""
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
@@ -211,11 +237,80 @@ def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default
     env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
            if "name" in e and "value" in e}
     env["PYTHONPATH"] = with_chexflow_importable(os.environ)["PYTHONPATH"]
+    ours = 0
     if os.path.basename(argv[0]) in MPI_LAUNCHERS:
         n, program = split_mpirun(argv, where)
         if os.path.basename(program[0]) in PYTHONS:
             program = [str(trainer_python()), *program[1:]]
+            ours = 1
         argv = horovodrun_command(program, n)
+        ours += len(argv) - len(program)
     elif os.path.basename(argv[0]) in PYTHONS:
         argv = [str(trainer_python()), *argv[1:]]
-    return argv, env
+        ours = 1
+    return argv, env, ours
+
+
+def kube_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a container's command and args (the kubelet's
+    third_party/forked/golang/expansion): `$(NAME)` -> NAME's value from the container's env
+    (left as written when NAME is not there), `$$` -> `$`; any other `$` stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2:end]
+                    out.append(env.get(name, text[i:end + 1]))
+                    i = end + 1
+                    continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def katib_wrap(argv: list[str], ours: int, kind: str, metrics_dir: str, env: dict[str, str],
+               early_stopping: bool, stdout_redirect: str = "2>&1") -> list[str]:
+    """Katib's wrapWorkerContainer for `kind` (StdOut, File, TensorFlowEvent): `sh -c` over
+    command + args joined with spaces (the user's own leading `sh -c`/`bash -c` kept), StdOut's
+    redirection, the early stopping test when the trial has stop rules, and the completion
+    marker in metrics_dir; then Kubernetes' `$(VAR)`/`$$` expansion. The first `ours` words are
+    chexflow's local stand-ins and are quoted; the user's words are joined as Katib joins them.
+    StdOut's `1>/var/log/katib/metrics.log 2>&1` is `stdout_redirect` here (by default output
+    stays on the pipe the runner reads, with the same grammar)."""
+    words = [shlex.quote(a) for a in argv[:ours]] + argv[ours:]
+    command = ["sh", "-c"]
+    if len(words) >= 2 and words[0] in ("sh", "bash") and words[1] == "-c":
+        command, words = words[:2], words[2:]
+    if kind == "StdOut":
+        words.append(stdout_redirect)
+    pid_file = f"{metrics_dir}/$$$$.pid"
+    if early_stopping:
+        words += ["||", f"if test -f {pid_file} && [ $(head -n 1 {metrics_dir}/$$.pid) = "
+                  f"{TRAINING_EARLY_STOPPED} ]; then echo Training Container was Early Stopped; "
+                  "else echo Training Container was Failed; exit 1; fi"]
+    words += ["&&", f"echo {TRAINING_COMPLETED} > {pid_file}"]
+    return [*command, kube_expand(" ".join(words), env)]
+
+
+def quoting_note(container: dict, where: str) -> str | None:
+    """One line when Katib's join would make the shell read the container's command + args
+    differently from the words written: which argument, why, and how to write it."""
+    argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    if len(argv) >= 2 and argv[0] in ("sh", "bash") and argv[1] == "-c":
+        if len(argv) > 3:
+            return (f"{where}: the words after the {argv[0]} -c script ({argv[3]!r}...) become "
+                    f"part of the script, not its $0 $1...: {QUOTING_WHY}; {QUOTING_HOW}")
+        return None
+    for i, a in enumerate(argv):
+        if not a or any(ch in SHELL_SPECIAL for ch in a) or a[0] in "#~":
+            shown = a if len(a) <= 60 else a[:57] + "..."
+            return (f"{where}: word {i + 1} of command + args, {shown!r}, is read again by the "
+                    f"shell on Katib: {QUOTING_WHY}; {QUOTING_HOW}")
+    return None
