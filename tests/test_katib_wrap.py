@@ -120,3 +120,72 @@ def test_shipped_mpijob_specs_keep_horovodrun_and_need_no_note(tmp_path: Path):
 def test_words_after_an_sh_c_script_get_a_note():
     note = quoting_note({"command": ["sh", "-c", "echo $0", "x"]}, "c")
     assert note is not None and "become part of the script" in note
+
+
+def _job(tmp_path: Path, container: dict, **template) -> Path:
+    """The issue's Experiment with another container (and trialTemplate fields)."""
+    spec = issue_experiment("audit", quoted=False)
+    tt = spec["spec"]["trialTemplate"]
+    pod = tt["trialSpec"]["spec"]["template"]
+    pod["spec"]["containers"][0] = {"name": "main", "image": "python:3.11-slim", **container}
+    for key, value in template.items():
+        if key == "pod_labels":
+            pod["metadata"] = {"labels": value}
+        elif key == "categorical":
+            spec["spec"]["parameters"] = [{"name": "x", "parameterType": "categorical",
+                                           "feasibleSpace": {"list": value}}]
+        else:
+            tt[key] = value
+    return write(tmp_path, spec)
+
+
+def test_kubelet_expansion_and_katibs_pid_file_reach_the_local_trial(tmp_path: Path):
+    """`$(GREETING)` is the container's env value and `$$` one `$`, as the kubelet expands a
+    command; the trial sees Katib's collector folder at /var/log/katib (the StdOut pid file)."""
+    spec = _job(tmp_path, {
+        "command": ["sh", "-c", "echo $(GREETING) $$0 loss=${trialParameters.px}; "
+                                "ls /var/log/katib >/dev/null 2>&1 || echo no-katib-dir"],
+        "env": [{"name": "GREETING", "value": "hello"}]})
+    run_chexflow("tune", spec, "--state", tmp_path / "s", "--no-progress", timeout=300)
+    res = read_json(tmp_path / "s" / "results.json")
+    for t in res["trials"]:
+        log = (tmp_path / "s" / "trials" / t["trial"] / "stdout.log").read_text()
+        assert f"hello sh loss={t['x']}" in log, log
+
+
+def test_a_missing_label_reference_is_refused_with_katibs_message(tmp_path: Path):
+    spec = issue_experiment("audit", quoted=False)
+    spec["spec"]["trialTemplate"]["trialParameters"].append(
+        {"name": "team", "reference": "${trialSpec.Labels[team]}"})
+    spec["spec"]["trialTemplate"]["trialSpec"]["spec"]["template"]["spec"]["containers"][0][
+        "command"].append("${trialParameters.team}")
+    proc = run_chexflow("tune", write(tmp_path, spec), "--state", tmp_path / "s", "--dry-run",
+                        check=False)
+    assert proc.returncode != 0
+    (line,) = proc.stderr.splitlines()
+    assert ("spec.trialTemplate.trialParameters team: illegal reference of trial metadata: "
+            "${trialSpec.Labels[team]}; failed to fetch Label: team") in line, line
+
+
+def test_a_value_with_a_quote_breaks_the_trialspec_as_on_katib(tmp_path: Path):
+    """Katib substitutes into the trialSpec's JSON text unescaped: `a"b` breaks it."""
+    spec = _job(tmp_path, {"command": ["echo", "${trialParameters.px}"]},
+                categorical=['a"b', 'a"c'])
+    proc = run_chexflow("tune", spec, "--state", tmp_path / "s", "--dry-run", check=False)
+    assert proc.returncode != 0
+    (line,) = proc.stderr.splitlines()
+    assert "break the trialSpec as Katib substitutes them" in line, line
+
+
+def test_primary_pod_labels_not_on_the_jobs_pod_leave_the_trial_without_metrics(tmp_path):
+    """Katib's webhook wraps and collects only a pod with every primaryPodLabel: a Job whose
+    pod lacks them runs (unwrapped) and ends MetricsUnavailable, with the reason."""
+    spec = _job(tmp_path, {"command": ["sh", "-c", "echo loss=${trialParameters.px}"]},
+                primaryPodLabels={"role": "main"}, pod_labels={"role": "other"})
+    proc = run_chexflow("tune", spec, "--state", tmp_path / "s", "--no-progress", check=False,
+                        timeout=300)
+    res = read_json(tmp_path / "s" / "results.json")
+    (t,) = res["trials"]
+    assert t["status"] == "MetricsUnavailable", proc.stdout
+    assert ('Katib injects no metrics collector: spec.trialTemplate.primaryPodLabels '
+            '{"role": "main"} are not on the Job\'s pod') in proc.stdout

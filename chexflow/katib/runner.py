@@ -68,6 +68,7 @@ from chexflow.katib.trialspec import (
     local_command_parts,
     map_paths,
     primary_container,
+    primary_pod_mismatch,
     quoting_note,
     render_command_string,
     render_trial_spec,
@@ -178,6 +179,7 @@ class LocalRunner:
         self.exhausted = False
         self.suggestion_failed: str | None = None
         self.bar = None
+        self.no_collector = primary_pod_mismatch(exp)  # Katib would not collect: why
 
     # ---- trials -------------------------------------------------------------------------
     def history(self) -> list[History]:
@@ -248,7 +250,7 @@ class LocalRunner:
                                               self.state.directory / "volumes", self.trial_args)
         if paths:
             argv = map_paths(argv, {paths[0]: paths[1]})
-        if self.exp.collector.kind in WRAPPED_COLLECTORS and paths:
+        if self.exp.collector.kind in WRAPPED_COLLECTORS and paths and not self.no_collector:
             container, _ = primary_container(self.exp, spec)
             kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
                         if "name" in e and "value" in e}
@@ -310,7 +312,7 @@ class LocalRunner:
         rule = StopRule(**rec.rule) if rec.rule else None
         run = _Running(rec, proc, RuleChecker(rule, self.exp.objective.maximize))
         run.thread = threading.Thread(target=self._watch, args=(run, log), daemon=True)
-        if rule is not None and self.exp.collector.kind == "File":
+        if rule is not None and self.exp.collector.kind == "File" and not self.no_collector:
             run.tail = threading.Thread(target=self._tail, args=(run,), daemon=True)
         self.running[rec.name] = run
         self._save()
@@ -327,7 +329,7 @@ class LocalRunner:
                 run.lines = (run.lines + [line.rstrip()])[-5:]
                 if ": error: " in line:
                     run.error_line = line.strip()
-                if self.exp.collector.kind == "StdOut":
+                if self.exp.collector.kind == "StdOut" and not self.no_collector:
                     self._feed(run, self.parser.parse(line))
             code = run.proc.wait()
         if run.tail is not None:
@@ -397,7 +399,8 @@ class LocalRunner:
             rec.status, rec.message = "Failed", f"metrics collector: {error}"
         elif self.exp.objective.metric not in rec.logs:
             rec.status = "MetricsUnavailable"
-            rec.message = f"objective metric {self.exp.objective.metric} was never reported"
+            rec.message = (self.no_collector or
+                           f"objective metric {self.exp.objective.metric} was never reported")
         else:
             rec.status = "Succeeded"
         self._save()
@@ -406,6 +409,8 @@ class LocalRunner:
     def _collect(self, rec: TrialRecord) -> str | None:
         """Read a File/TensorFlowEvent collector's metrics into rec.logs; the error, if any."""
         c, names = self.exp.collector, self.exp.objective.metric_names
+        if self.no_collector:
+            return None
         try:
             if c.kind == "File":
                 rec.logs = read_metrics_file(self.collected_path(rec), names, c.file_format,

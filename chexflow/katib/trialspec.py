@@ -16,7 +16,7 @@ that the shell re-reads differently on Katib breaks here with the same `sh` mess
 
 from __future__ import annotations
 
-import copy
+import json
 import os
 import shlex
 from pathlib import Path
@@ -52,16 +52,6 @@ class TrialSpecError(ChexflowError):
     """The trialSpec cannot be run locally; the message says which field."""
 
 
-def _substitute(node: Any, values: dict[str, str]) -> Any:
-    if isinstance(node, dict):
-        return {k: _substitute(v, values) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_substitute(v, values) for v in node]
-    if isinstance(node, str):
-        return TRIAL_PARAM_RE.sub(lambda m: values[m.group(1)], node)
-    return node
-
-
 def trial_values(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -> dict[str, str]:
     """`${trialParameters.NAME}` -> its string for this trial."""
     spec = exp.trial_spec
@@ -82,12 +72,53 @@ def trial_values(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -
         else:
             kind, _, key = ref[len("${trialSpec."):-2].partition("[")
             source = meta.get("labels" if kind == "Labels" else "annotations") or {}
-            out[tp["name"]] = str(source.get(key, ""))
+            if key not in source:  # Katib's applyParameters (manifest/generator.go)
+                raise TrialSpecError(
+                    f"spec.trialTemplate.trialParameters {tp['name']}: illegal reference of "
+                    f"trial metadata: {ref}; failed to fetch {kind[:-1]}: {key} (the trialSpec's "
+                    f"metadata.{kind.lower()} has no {key!r}; Katib's controller cannot create "
+                    "the trial)")
+            out[tp["name"]] = str(source[key])
     return out
 
 
 def render_trial_spec(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -> dict:
-    return _substitute(copy.deepcopy(exp.trial_spec), trial_values(exp, trial_name, parameters))
+    """The trialSpec with `${trialParameters.X}` replaced as Katib's applyParameters does it:
+    in the template's JSON text, each value as it is (unescaped), then parsed again; a value
+    with a quote or a backslash breaks the trialSpec on Katib, so here too."""
+    values = trial_values(exp, trial_name, parameters)
+    text = json.dumps(exp.trial_spec, ensure_ascii=False)
+    for name, value in values.items():
+        text = text.replace(f"${{trialParameters.{name}}}", value)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TrialSpecError(
+            f"spec.trialTemplate: the values {json.dumps(values)} break the trialSpec as Katib "
+            f"substitutes them (into its JSON text, unescaped: a quote or a backslash): {e.msg}; "
+            "Katib's controller cannot create the trial") from None
+
+
+def primary_pod_mismatch(exp: Experiment) -> str | None:
+    """Why Katib would inject no metrics collector into a batch Job trial's pod: its
+    primaryPodLabels are not all on the pod (the template's labels and the Job controller's
+    job-name labels; Katib's isPrimaryPod). None when they match, or for other kinds, whose
+    operators add pod labels of their own."""
+    spec = exp.trial_spec
+    wanted = exp.trial_template.get("primaryPodLabels") or {}
+    if not wanted or spec.get("kind") != "Job" or spec.get("apiVersion") != "batch/v1":
+        return None
+    template = (spec.get("spec") or {}).get("template") or {}
+    labels = {str(k): str(v) for k, v in
+              ((template.get("metadata") or {}).get("labels") or {}).items()}
+    missing = {k: v for k, v in wanted.items()
+               if k not in ("job-name", "batch.kubernetes.io/job-name")
+               and labels.get(str(k)) != str(v)}
+    if not missing:
+        return None
+    return (f"Katib injects no metrics collector: spec.trialTemplate.primaryPodLabels "
+            f"{json.dumps(missing)} are not on the Job's pod (spec.template.metadata.labels: "
+            f"{json.dumps(labels)})")
 
 
 def render_command_string(command: str, values: dict[str, str]) -> str:
