@@ -141,16 +141,16 @@ def _job(tmp_path: Path, container: dict, **template) -> Path:
 
 def test_kubelet_expansion_and_katibs_pid_file_reach_the_local_trial(tmp_path: Path):
     """`$(GREETING)` is the container's env value and `$$` one `$`, as the kubelet expands a
-    command; the trial sees Katib's collector folder at /var/log/katib (the StdOut pid file)."""
+    command; KATIB_TRIAL_NAME is set (Katib's webhook), also for `$(KATIB_TRIAL_NAME)`."""
     spec = _job(tmp_path, {
-        "command": ["sh", "-c", "echo $(GREETING) $$0 loss=${trialParameters.px}; "
-                                "ls /var/log/katib >/dev/null 2>&1 || echo no-katib-dir"],
+        "command": ["sh", "-c", "echo $(GREETING) $$0 loss=${trialParameters.px} "
+                                "$(KATIB_TRIAL_NAME) $KATIB_TRIAL_NAME"],
         "env": [{"name": "GREETING", "value": "hello"}]})
     run_chexflow("tune", spec, "--state", tmp_path / "s", "--no-progress", timeout=300)
     res = read_json(tmp_path / "s" / "results.json")
     for t in res["trials"]:
         log = (tmp_path / "s" / "trials" / t["trial"] / "stdout.log").read_text()
-        assert f"hello sh loss={t['x']}" in log, log
+        assert f"hello sh loss={t['x']} {t['trial']} {t['trial']}\n" in log, log
 
 
 def test_a_missing_label_reference_is_refused_with_katibs_message(tmp_path: Path):

@@ -79,6 +79,7 @@ from chexflow.processes import die_with_parent
 
 NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 KILL_GRACE_S = 10.0
+KATIB_TRIAL_ENV = "KATIB_TRIAL_NAME"  # consts.EnvTrialName, set by Katib's pod webhook
 
 
 class SweepInterrupted(ChexflowError):
@@ -254,6 +255,7 @@ class LocalRunner:
             container, _ = primary_container(self.exp, spec)
             kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
                         if "name" in e and "value" in e}
+            kube_env[KATIB_TRIAL_ENV] = rec.name
             argv = katib_wrap(argv, ours, self.exp.collector.kind, str(paths[1]), kube_env,
                               early_stopping=rec.rule is not None)
         return argv, env
@@ -297,6 +299,8 @@ class LocalRunner:
         cmd, extra_env = self.command_for(rec)
         env = {**os.environ, **extra_env, TRIAL_ENV: rec.name,
                "CHEXFLOW_KATIB_EXPERIMENT": self.exp.name}
+        if self.trial_command is None:  # Katib's webhook gives the primary container its name
+            env[KATIB_TRIAL_ENV] = rec.name
         log = open(self.trial_dir(rec) / "stdout.log", "a", encoding="utf-8")  # noqa: SIM115
         shown = cmd if isinstance(cmd, str) else " ".join(cmd)
         log.write(f"--- {now()} attempt {rec.restarts + 1}: {shown}\n")
