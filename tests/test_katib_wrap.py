@@ -88,8 +88,7 @@ def test_katib_wrap_builds_katibs_string(kind, argv, early, script):
     """Katib's strings after the kubelet's expansion: `$$$$.pid` is the shell's `$$.pid`; the
     early-stopping test's `$$.pid` stays `$$.pid`, inside `$(head ...)`, which the kubelet
     leaves as written (no variable of that name)."""
-    out = katib_wrap(argv, 0, kind, "/var/log/katib", {}, early,
-                     stdout_redirect="1>/var/log/katib/metrics.log 2>&1")
+    out = katib_wrap(argv, 0, kind, "/var/log/katib", {}, early)
     shell = ["bash", "-c"] if argv[0] == "bash" else ["sh", "-c"]
     assert out == [*shell, script]
 
@@ -114,7 +113,8 @@ def test_shipped_mpijob_specs_keep_horovodrun_and_need_no_note(tmp_path: Path):
         assert (shell, dash_c) == ("sh", "-c")
         assert script.startswith(f"{argv[0]} -np 2 -H localhost:2 --gloo {argv[6]} -m "
                                  "chexflow.train.worker ")
-        assert script.endswith(f" 2>&1 && echo completed > {tmp_path}/$$.pid")
+        assert script.endswith(f" 1>{tmp_path}/metrics.log 2>&1 && echo completed > "
+                               f"{tmp_path}/$$.pid")
 
 
 def test_words_after_an_sh_c_script_get_a_note():
@@ -189,3 +189,20 @@ def test_primary_pod_labels_not_on_the_jobs_pod_leave_the_trial_without_metrics(
     assert t["status"] == "MetricsUnavailable", proc.stdout
     assert ('Katib injects no metrics collector: spec.trialTemplate.primaryPodLabels '
             '{"role": "main"} are not on the Job\'s pod') in proc.stdout
+
+
+def test_stdout_of_all_but_the_last_command_is_not_collected_as_on_katib(tmp_path: Path):
+    """Katib appends `1>/var/log/katib/metrics.log 2>&1` to the joined line: in `a; b` only b's
+    output reaches the collector (a's goes to the pod log), so the metric printed by `a` is
+    never seen, and the trial is MetricsUnavailable on Katib and here."""
+    spec = _job(tmp_path, {"command": ["sh", "-c",
+                                       "echo loss=${trialParameters.px}; echo done"]})
+    proc = run_chexflow("tune", spec, "--state", tmp_path / "s", "--no-progress", check=False,
+                        timeout=300)
+    res = read_json(tmp_path / "s" / "results.json")
+    (t,) = res["trials"]
+    assert t["status"] == "MetricsUnavailable", proc.stdout
+    metrics_log = tmp_path / "s" / "trials" / t["trial"] / "metrics" / "metrics.log"
+    assert metrics_log.read_text() == "done\n"
+    log = (tmp_path / "s" / "trials" / t["trial"] / "stdout.log").read_text()
+    assert f"loss={t['x']}\n" in log and "done\n" in log  # both shown to the user

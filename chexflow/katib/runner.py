@@ -158,6 +158,8 @@ class _Running:
     thread: threading.Thread | None = None
     tail: threading.Thread | None = None
     lines: list[str] = field(default_factory=list)
+    stdout_file: Path | None = None  # StdOut wrapped as on Katib: the output goes to this file
+    log_lock: threading.Lock = field(default_factory=threading.Lock)
     error_line: str = ""  # the last `PROG: error: ...` line: chexflow's own one-line reason
 
 
@@ -260,6 +262,15 @@ class LocalRunner:
                               early_stopping=rec.rule is not None)
         return argv, env
 
+    def stdout_file(self, rec: TrialRecord) -> Path | None:
+        """Where a trialSpec trial's output goes under the StdOut collector: Katib's wrapper
+        sends it to /var/log/katib/metrics.log (here the trial's collector folder), and the
+        collector reads that file; None when the trial is not wrapped."""
+        if (self.exp.collector.kind != "StdOut" or self.trial_command is not None
+                or self.no_collector):
+            return None
+        return self.collector_paths(rec)[1] / os.path.basename(DEFAULT_FILE_PATH)
+
     def quoting_note(self, rec: TrialRecord) -> str | None:
         """The line saying why Katib's join breaks this trial's command, and how to fix it."""
         if self.trial_command is not None or self.exp.collector.kind not in WRAPPED_COLLECTORS:
@@ -314,31 +325,40 @@ class LocalRunner:
         rec.command = [shown]
         rec.logs = {}
         rule = StopRule(**rec.rule) if rec.rule else None
-        run = _Running(rec, proc, RuleChecker(rule, self.exp.objective.maximize))
+        run = _Running(rec, proc, RuleChecker(rule, self.exp.objective.maximize),
+                       stdout_file=self.stdout_file(rec))
         run.thread = threading.Thread(target=self._watch, args=(run, log), daemon=True)
-        if rule is not None and self.exp.collector.kind == "File" and not self.no_collector:
-            run.tail = threading.Thread(target=self._tail, args=(run,), daemon=True)
+        if run.stdout_file is not None or (
+                rule is not None and self.exp.collector.kind == "File" and not self.no_collector):
+            run.tail = threading.Thread(target=self._tail, args=(run, log), daemon=True)
         self.running[rec.name] = run
         self._save()
-        run.thread.start()
-        if run.tail is not None:
+        if run.tail is not None:  # before the watcher, which joins it
             run.tail.start()
+        run.thread.start()
 
     def _watch(self, run: _Running, log) -> None:
         """Reader thread: log lines, collect metrics, apply the stop rule; report the exit."""
         with log:
             for line in run.proc.stdout:
-                log.write(line)
-                log.flush()
-                run.lines = (run.lines + [line.rstrip()])[-5:]
-                if ": error: " in line:
-                    run.error_line = line.strip()
-                if self.exp.collector.kind == "StdOut" and not self.no_collector:
+                self._line(run, log, line)
+                if (self.exp.collector.kind == "StdOut" and run.stdout_file is None
+                        and not self.no_collector):
                     self._feed(run, self.parser.parse(line))
             code = run.proc.wait()
-        if run.tail is not None:
-            run.tail.join()
+            if run.tail is not None:
+                run.tail.join()
         self.events.put(("exit", run.rec.name, code))
+
+    @staticmethod
+    def _line(run: _Running, log, line: str) -> None:
+        """A line of the trial's output: into stdout.log, and kept for its failure message."""
+        with run.log_lock:
+            log.write(line)
+            log.flush()
+            run.lines = (run.lines + [line.rstrip()])[-5:]
+            if ": error: " in line:
+                run.error_line = line.strip()
 
     def _feed(self, run: _Running, found: list[tuple[str, float]]) -> None:
         """New metric reports of a running trial: record them, apply the stop rule."""
@@ -352,10 +372,12 @@ class LocalRunner:
                     self._terminate(run)
         self.events.put(("metrics", run.rec.name))
 
-    def _tail(self, run: _Running) -> None:
-        """File collector with a stop rule: follow the metrics file while the trial runs, as
-        Katib's collector does (the whole file is read again when the trial ends)."""
-        path, c = self.collected_path(run.rec), self.exp.collector
+    def _tail(self, run: _Running, log) -> None:
+        """Follow the metrics file while the trial runs, as Katib's collector does (the whole
+        file is read again when the trial ends): File with a stop rule, and StdOut, whose
+        output Katib's wrapper sends to the file (its lines go into stdout.log too)."""
+        stdout, c = run.stdout_file is not None, self.exp.collector
+        path = run.stdout_file or self.collected_path(run.rec)
         names, pos, partial = self.exp.objective.metric_names, 0, ""
         while True:
             alive = run.proc.poll() is None
@@ -363,9 +385,13 @@ class LocalRunner:
                 f.seek(pos)
                 lines = (partial + f.read()).split("\n")
                 pos, partial = f.tell(), lines.pop()
+                if not alive and partial:
+                    lines.append(partial)
                 for line in lines:
+                    if stdout:
+                        self._line(run, log, line + "\n")
                     with contextlib.suppress(ValueError):
-                        self._feed(run, self.parser.parse(line) if c.file_format == "TEXT"
+                        self._feed(run, self.parser.parse(line) if stdout or c.file_format == "TEXT"
                                    else parse_json_line(line, names))
             if not alive:
                 return
@@ -416,7 +442,10 @@ class LocalRunner:
         if self.no_collector:
             return None
         try:
-            if c.kind == "File":
+            if c.kind == "StdOut" and (path := self.stdout_file(rec)) is not None:
+                rec.logs = (read_metrics_file(path, names, "TEXT", c.formats)
+                            if path.exists() else {})
+            elif c.kind == "File":
                 rec.logs = read_metrics_file(self.collected_path(rec), names, c.file_format,
                                              c.formats)
             elif c.kind == "TensorFlowEvent":

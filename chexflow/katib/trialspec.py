@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.experiment import TRIAL_PARAM_RE, Experiment, format_value
+from chexflow.katib.experiment import (
+    DEFAULT_FILE_PATH,
+    TRIAL_PARAM_RE,
+    Experiment,
+    format_value,
+)
 
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 MPI_NP = ("-np", "-n", "--np", "-c", "--n")
@@ -307,20 +312,19 @@ def kube_expand(text: str, env: dict[str, str]) -> str:
 
 
 def katib_wrap(argv: list[str], ours: int, kind: str, metrics_dir: str, env: dict[str, str],
-               early_stopping: bool, stdout_redirect: str = "2>&1") -> list[str]:
+               early_stopping: bool) -> list[str]:
     """Katib's wrapWorkerContainer for `kind` (StdOut, File, TensorFlowEvent): `sh -c` over
     command + args joined with spaces (the user's own leading `sh -c`/`bash -c` kept), StdOut's
     redirection, the early stopping test when the trial has stop rules, and the completion
-    marker in metrics_dir; then Kubernetes' `$(VAR)`/`$$` expansion. The first `ours` words are
-    chexflow's local stand-ins and are quoted; the user's words are joined as Katib joins them.
-    StdOut's `1>/var/log/katib/metrics.log 2>&1` is `stdout_redirect` here (by default output
-    stays on the pipe the runner reads, with the same grammar)."""
+    marker in metrics_dir (Katib's /var/log/katib or the File/TensorFlowEvent folder, here its
+    local folder); then Kubernetes' `$(VAR)`/`$$` expansion. The first `ours` words are
+    chexflow's local stand-ins and are quoted; the user's words are joined as Katib joins them."""
     words = [shlex.quote(a) for a in argv[:ours]] + argv[ours:]
     command = ["sh", "-c"]
     if len(words) >= 2 and words[0] in ("sh", "bash") and words[1] == "-c":
         command, words = words[:2], words[2:]
-    if kind == "StdOut":
-        words.append(stdout_redirect)
+    if kind == "StdOut":  # metricsFile: /var/log/katib/metrics.log
+        words.append(f"1>{metrics_dir}/{os.path.basename(DEFAULT_FILE_PATH)} 2>&1")
     pid_file = f"{metrics_dir}/$$$$.pid"
     if early_stopping:
         words += ["||", f"if test -f {pid_file} && [ $(head -n 1 {metrics_dir}/$$.pid) = "
