@@ -206,3 +206,15 @@ def test_stdout_of_all_but_the_last_command_is_not_collected_as_on_katib(tmp_pat
     assert metrics_log.read_text() == "done\n"
     log = (tmp_path / "s" / "trials" / t["trial"] / "stdout.log").read_text()
     assert f"loss={t['x']}\n" in log and "done\n" in log  # both shown to the user
+
+
+def test_cluster_runs_print_the_note_before_contacting_the_cluster(tmp_path: Path):
+    """`--cluster` says it first (Katib would run the trials later): here no cluster answers
+    (an empty kubeconfig), and the note is out before that error."""
+    spec = write(tmp_path, issue_experiment("quoting", quoted=False))
+    (tmp_path / "kubeconfig").write_text("")
+    proc = run_chexflow("tune", spec, "--cluster", "--dry-run", "--state", tmp_path / "s",
+                        check=False, env={"KUBECONFIG": str(tmp_path / "kubeconfig")})
+    assert proc.returncode != 0
+    assert proc.stdout.startswith("note: spec.trialTemplate.trialSpec container 'main': word 3")
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr

@@ -105,11 +105,15 @@ def run_katib_service(args: argparse.Namespace) -> int:
 
 def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
     from chexflow.katib.kubernetes import cluster_experiment, parse_claims, run_on_cluster
+    from chexflow.katib.runner import template_quoting_note
 
     if args.trial_command is not None:
         raise ChexflowError("--trial-command: runs trials as local shell commands; on a cluster "
                             "Katib runs the trialSpec (change its command with --trial-arg)")
     exp = cluster_experiment(exp, args.namespace, args.trial_args, parse_claims(args.volumes))
+    note = template_quoting_note(exp)
+    if note is not None:
+        print(f"note: {note}")
     summary = run_on_cluster(exp, state_dir, args.timeout, args.poll_interval, args.dry_run)
     if not summary:
         return 0

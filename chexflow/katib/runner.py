@@ -608,6 +608,19 @@ def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
     return out
 
 
+def template_quoting_note(exp: Experiment) -> str | None:
+    """trial_quoting_note for a sample trial (each parameter at its first value), for
+    `--cluster`: said before Katib runs the trials; None for other collectors or a ConfigMap
+    template."""
+    if exp.collector.kind not in WRAPPED_COLLECTORS or not exp.trial_spec:
+        return None
+    sample = {p.name: (p.values[0] if p.values else p.min) for p in exp.parameters}
+    try:
+        return trial_quoting_note(exp, f"{exp.name}-trial", sample)
+    except ChexflowError:
+        return None
+
+
 def trial_quoting_note(exp: Experiment, trial: str, parameters: dict[str, Any]) -> str | None:
     """quoting_note for the primary container of this trial's rendered trialSpec."""
     spec = render_trial_spec(exp, trial, parameters)
