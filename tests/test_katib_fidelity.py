@@ -172,8 +172,9 @@ def test_katib_webhook_and_service_rules_are_refused_with_katibs_reason(mutate, 
 def _kind_spec(api: str, kind: str, replicas_key: str | None) -> dict:
     pod = {"spec": {"containers": [{
         "name": "training-container", "image": "x",
-        "command": ["python", "-c", "print('loss=${trialParameters.learningRate} "
-                    "${trialParameters.momentum}')"]}]}}
+        # words Katib's unquoted `sh -c` join leaves as they are (no quotes, no parentheses)
+        "command": ["echo", "loss=${trialParameters.learningRate}",
+                    "${trialParameters.momentum}"]}]}}
     if replicas_key is None:
         return {"apiVersion": api, "kind": kind, "spec": {"template": pod}}
     return {"apiVersion": api, "kind": kind,

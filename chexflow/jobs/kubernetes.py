@@ -353,7 +353,7 @@ class KubernetesBackend:
         while pods are missing, also the refusals the controllers report as events (the
         MPIJob's and its launcher Job's, or the Job's)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
-        found = [b for pod in pods for b in _pod_blockers(pod)]
+        found = [b for pod in pods for b in pod_blockers(pod)]
         live = [p for p in pods if not p.metadata.deletion_timestamp
                 and (p.status is None or p.status.phase not in ("Succeeded", "Failed"))]
         if kind == "MPIJob":
@@ -432,31 +432,23 @@ class KubernetesBackend:
         for pod in pods:
             if (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL, "launcher") != "launcher":
                 continue
-            for status in (pod.status.container_statuses if pod.status else None) or []:
-                if status.name != container:
+            for attempt, how, previous in ended_attempts(pod, container):
+                key = f"{pod.metadata.name}/{attempt}"
+                if key in self._failed_attempts:
                     continue
-                ended = []  # (attempt in this pod, how it ended, from the previous container)
-                if status.last_state and status.last_state.terminated:
-                    ended.append((status.restart_count, status.last_state.terminated, True))
-                if pod.status.phase == "Failed" and status.state and status.state.terminated:
-                    ended.append((status.restart_count + 1, status.state.terminated, False))
-                for attempt, how, previous in ended:
-                    key = f"{pod.metadata.name}/{attempt}"
-                    if key in self._failed_attempts:
-                        continue
-                    try:
-                        tail = self._call(
-                            self.core.read_namespaced_pod_log, pod.metadata.name,
-                            self.namespace, container=container, tail_lines=LOG_TAIL_LINES,
-                            previous=previous,
-                        )
-                    except ApiException:
-                        tail = ""
-                    self._failed_attempts[key] = tail
-                    lost = _lost_rank(tail)
-                    self._log(name, f"attempt {len(self._failed_attempts)} failed in pod "
-                                    f"{pod.metadata.name} (exit code {how.exit_code}: "
-                                    f"{how.reason or 'Error'})" + (f": {lost}" if lost else ""))
+                try:
+                    tail = self._call(
+                        self.core.read_namespaced_pod_log, pod.metadata.name,
+                        self.namespace, container=container, tail_lines=LOG_TAIL_LINES,
+                        previous=previous,
+                    )
+                except ApiException:
+                    tail = ""
+                self._failed_attempts[key] = tail
+                lost = _lost_rank(tail)
+                self._log(name, f"attempt {len(self._failed_attempts)} failed in pod "
+                                f"{pod.metadata.name} (exit code {how.exit_code}: "
+                                f"{how.reason or 'Error'})" + (f": {lost}" if lost else ""))
 
     def log_tail(self, kind: str, name: str) -> str:
         """The last lines of the launcher pod's log (MPIJob) or the job pod's log."""
@@ -546,7 +538,23 @@ class KubernetesBackend:
         print(f"[{name}] {message}", file=self.stream, flush=True)
 
 
-def _pod_blockers(pod) -> list[Blocker]:
+def ended_attempts(pod, container: str) -> list[tuple[int, Any, bool]]:
+    """The ended runs of `container` that the pod still shows, as (attempt in this pod, its
+    terminated state, whether its log is the previous container's): the one the kubelet
+    restarted (restartPolicy OnFailure/Always: lastState) and, in a Failed pod (Never), the
+    last one."""
+    ended = []
+    for status in (pod.status.container_statuses if pod.status else None) or []:
+        if status.name != container:
+            continue
+        if status.last_state and status.last_state.terminated:
+            ended.append((status.restart_count, status.last_state.terminated, True))
+        if pod.status.phase == "Failed" and status.state and status.state.terminated:
+            ended.append((status.restart_count + 1, status.state.terminated, False))
+    return ended
+
+
+def pod_blockers(pod) -> list[Blocker]:
     """Why `pod` cannot start: the scheduler cannot place it (PodScheduled False, reason
     Unschedulable), or a container waits on an image it cannot get or a config it lacks."""
     if pod.status is None or pod.metadata.deletion_timestamp:

@@ -108,6 +108,7 @@ def run_katib_service(args: argparse.Namespace) -> int:
 
 def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
     from chexflow.katib.kubernetes import cluster_experiment, parse_claims, run_on_cluster
+    from chexflow.katib.runner import template_quoting_note
 
     if args.trial_command is not None:
         raise ChexflowError("--trial-command: runs trials as local shell commands; on a cluster "
@@ -117,6 +118,9 @@ def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
         print(f"spec.trialTemplate: the template of {exp.config_map.where} sent inlined as "
               "trialSpec (--trial-arg/--volume change it; the ConfigMap stays as it is)")
     exp = sent
+    note = template_quoting_note(exp)
+    if note is not None:
+        print(f"note: {note}")
     summary = run_on_cluster(exp, state_dir, args.timeout, args.poll_interval, args.dry_run)
     if not summary:
         return 0
@@ -144,6 +148,9 @@ def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
         nxt = dry_run(exp, state, args.trial_command, volumes, args.trial_args)
         print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}; "
               f"{len(state.trials)} trials so far; next {len(nxt)}:")
+        notes = {s.pop("note") for s in nxt if "note" in s}
+        for note in sorted(notes):
+            print(f"note: {note}")
         for s in nxt:
             print(json.dumps(s))
         return 0

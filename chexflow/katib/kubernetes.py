@@ -37,7 +37,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
 from chexflow.errors import ChexflowError
-from chexflow.jobs.kubernetes import Terminated, ignore_sigterm, sigterm_raises
+from chexflow.jobs.kubernetes import (
+    Terminated,
+    ended_attempts,
+    ignore_sigterm,
+    pod_blockers,
+    sigterm_raises,
+)
 from chexflow.jobs.render import JOB_NAME_LABEL
 from chexflow.katib.experiment import Experiment
 from chexflow.katib.results import optimal_entry, trial_line, write_results
@@ -52,6 +58,11 @@ TRIALS, SUGGESTIONS = "trials", "suggestions"
 SUGGESTION_FAILED = "Suggestion has failed"  # the Experiment's message; the reason is on the
 # Suggestion, which has the Experiment's name
 EXPERIMENT_LABEL = "katib.kubeflow.org/experiment"  # Katib's label on an Experiment's Trials
+# (and, copied by Katib's pod webhook, on their pods, with the Trial's name under TRIAL_LABEL)
+TRIAL_LABEL = "katib.kubeflow.org/trial"
+# Katib's StdOut/File collector sidecar: it logs the primary container's metrics file (klog)
+COLLECTOR_CONTAINER = "metrics-logger-and-collector"
+KLOG_HEADER = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [^ \]]+:\d+\] ")
 UNAVAILABLE = "unavailable"  # Katib's value of a metric it could not collect
 # A Trial's status from its True conditions, in the order Katib's experiment controller checks
 # them (updateTrialsSummary); none of them: Created (pending).
@@ -269,6 +280,8 @@ class ClusterSweep:
         self.state_dir, self.timeout, self.poll, self.echo = state_dir, timeout, poll, echo
         self.api = custom_objects_api(api_client)
         self.shown: dict[str, str] = {}  # trial -> the ended status already reported
+        self.pod_notes: set[str] = set()  # pod events already reported (one line each)
+        self.attempts: dict[str, int] = {}  # trial -> failed attempts reported
         self.deadline = time.monotonic() + timeout
 
     @property
@@ -431,11 +444,75 @@ class ClusterSweep:
                         return [ln for ln in text.splitlines() if ln.strip()][-lines:]
         return []
 
+    def watch_pods(self, trials: list[TrialRecord]) -> None:
+        """One line per new trouble in a running trial's pods, as the jobs backend reports an
+        MPIJob's: an attempt of the primary container that failed (the trial's attempt count,
+        exit code, CrashLoopBackOff, its last log line), a pod that cannot start (image pull,
+        config) or cannot be scheduled, with the kubelet's or the scheduler's reason."""
+        from kubernetes import client
+
+        active = {t.name for t in trials if t.status in ("Created", "Running")}
+        if not active:
+            return
+        core = client.CoreV1Api(self.api.api_client)
+        try:
+            pods = core.list_namespaced_pod(
+                self.ns, label_selector=f"{EXPERIMENT_LABEL}={self.name}").items
+        except Exception:
+            return  # the next poll looks again
+        tt = self.exp.trial_template
+        container = str(tt.get("primaryContainerName"))
+        primary = (tt.get("primaryPodLabels") or {}).items()
+        for pod in sorted(pods, key=lambda p: str(p.metadata.creation_timestamp or "")):
+            trial = (pod.metadata.labels or {}).get(TRIAL_LABEL)
+            if trial not in active:
+                continue
+            for b in pod_blockers(pod):
+                verb = "be scheduled" if b.unschedulable else "start"
+                self._note_pod(f"{b.what}/{b.why}", f"trial {trial}: cannot {verb}: {b.what}: "
+                                                    f"{b.why}")
+            if not primary <= (pod.metadata.labels or {}).items():
+                continue
+            for attempt, how, previous in ended_attempts(pod, container):
+                key = f"{pod.metadata.name}/{attempt}"
+                if key in self.pod_notes:
+                    continue
+                self.attempts[trial] = self.attempts.get(trial, 0) + 1
+                waiting = [s.state.waiting.reason for s in pod.status.container_statuses or []
+                           if s.name == container and s.state and s.state.waiting]
+                last = self.pod_log_line(core, pod.metadata.name, container, previous)
+                self._note_pod(key, f"trial {trial}: attempt {self.attempts[trial]} failed in "
+                                    f"pod {pod.metadata.name} (exit code {how.exit_code}: "
+                                    f"{how.reason or 'Error'}"
+                                    + (f", now {waiting[0]}" if waiting else "") + ")"
+                                    + (f": {last}" if last else ""))
+
+    def _note_pod(self, key: str, line: str) -> None:
+        if key not in self.pod_notes:
+            self.pod_notes.add(key)
+            self.echo(line)
+
+    def pod_log_line(self, core, pod: str, container: str, previous: bool) -> str:
+        """The last line the failed attempt logged: the container's own log, else (StdOut
+        collector: Katib sends the output to its metrics file) the collector sidecar's."""
+        for name, prev in ((container, previous), (COLLECTOR_CONTAINER, False)):
+            try:
+                text = core.read_namespaced_pod_log(pod, self.ns, container=name,
+                                                    tail_lines=5, previous=prev)
+            except Exception:
+                continue
+            lines = [KLOG_HEADER.sub("", ln).strip() for ln in text.splitlines()]
+            lines = [ln for ln in lines if ln]
+            if lines:
+                return lines[-1]
+        return ""
+
     def follow(self) -> tuple[dict, list[TrialRecord], dict]:
         """Wait for Succeeded or Failed; returns the Experiment, its Trials and that condition."""
         last = None
         while True:
             obj, trials = self.read()
+            self.watch_pods(trials)
             last = self.report(obj, trials, last)
             cond = finished_condition((obj.get("status") or {}).get("conditions"), "Experiment")
             if cond:

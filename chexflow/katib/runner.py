@@ -35,7 +35,7 @@ from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.earlystop import RuleChecker, StopRule, median_rule
-from chexflow.katib.experiment import Experiment
+from chexflow.katib.experiment import DEFAULT_FILE_PATH, Experiment
 from chexflow.katib.metrics import (
     CollectorError,
     TextParser,
@@ -64,9 +64,13 @@ from chexflow.katib.suggest import (
 )
 from chexflow.katib.templates import not_found
 from chexflow.katib.trialspec import (
-    local_command,
+    WRAPPED_COLLECTORS,
+    katib_wrap,
+    local_command_parts,
     map_paths,
     primary_container,
+    primary_pod_mismatch,
+    quoting_note,
     render_command_string,
     render_trial_spec,
     trial_values,
@@ -76,6 +80,7 @@ from chexflow.processes import die_with_parent
 
 NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 KILL_GRACE_S = 10.0
+KATIB_TRIAL_ENV = "KATIB_TRIAL_NAME"  # consts.EnvTrialName, set by Katib's pod webhook
 
 
 class SweepInterrupted(ChexflowError):
@@ -152,6 +157,8 @@ class _Running:
     thread: threading.Thread | None = None
     tail: threading.Thread | None = None
     lines: list[str] = field(default_factory=list)
+    stdout_file: Path | None = None  # StdOut wrapped as on Katib: the output goes to this file
+    log_lock: threading.Lock = field(default_factory=threading.Lock)
     error_line: str = ""  # the last `PROG: error: ...` line: chexflow's own one-line reason
 
 
@@ -174,6 +181,7 @@ class LocalRunner:
         self.exhausted = False
         self.suggestion_failed: str | None = None
         self.bar = None
+        self.no_collector = primary_pod_mismatch(exp)  # Katib would not collect: why
 
     # ---- trials -------------------------------------------------------------------------
     def history(self) -> list[History]:
@@ -201,11 +209,15 @@ class LocalRunner:
         return d
 
     def collector_paths(self, rec: TrialRecord) -> tuple[str, Path] | None:
-        """(container folder, local folder) of a File/TensorFlowEvent collector's path."""
+        """(container folder, local folder) of the collector's path (StdOut: /var/log/katib,
+        where Katib's wrapper writes the output and its pid file)."""
         c = self.exp.collector
-        if c.kind not in ("File", "TensorFlowEvent"):
+        if c.kind not in ("StdOut", "File", "TensorFlowEvent"):
             return None
-        folder = os.path.dirname(c.path) if c.kind == "File" else c.path.rstrip("/")
+        if c.kind == "StdOut":  # Katib mounts its folder at /var/log/katib for StdOut too
+            folder = os.path.dirname(DEFAULT_FILE_PATH)
+        else:
+            folder = os.path.dirname(c.path) if c.kind == "File" else c.path.rstrip("/")
         if self.trial_command is None:
             spec = render_trial_spec(self.exp, rec.name, rec.parameters)
             _, pods = primary_container(self.exp, spec)
@@ -236,9 +248,33 @@ class LocalRunner:
             cmd = render_command_string(self.trial_command, values)
             return (cmd.replace(paths[0], str(paths[1])) if paths else cmd), {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
-        argv, env = local_command(self.exp, spec, self.volumes,
-                                  self.state.directory / "volumes", self.trial_args)
-        return (map_paths(argv, {paths[0]: paths[1]}) if paths else argv), env
+        argv, env, ours = local_command_parts(self.exp, spec, self.volumes,
+                                              self.state.directory / "volumes", self.trial_args)
+        if paths:
+            argv = map_paths(argv, {paths[0]: paths[1]})
+        if self.exp.collector.kind in WRAPPED_COLLECTORS and paths and not self.no_collector:
+            container, _ = primary_container(self.exp, spec)
+            kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
+                        if "name" in e and "value" in e}
+            kube_env[KATIB_TRIAL_ENV] = rec.name
+            argv = katib_wrap(argv, ours, self.exp.collector.kind, str(paths[1]), kube_env,
+                              early_stopping=rec.rule is not None)
+        return argv, env
+
+    def stdout_file(self, rec: TrialRecord) -> Path | None:
+        """Where a trialSpec trial's output goes under the StdOut collector: Katib's wrapper
+        sends it to /var/log/katib/metrics.log (here the trial's collector folder), and the
+        collector reads that file; None when the trial is not wrapped."""
+        if (self.exp.collector.kind != "StdOut" or self.trial_command is not None
+                or self.no_collector):
+            return None
+        return self.collector_paths(rec)[1] / os.path.basename(DEFAULT_FILE_PATH)
+
+    def quoting_note(self, rec: TrialRecord) -> str | None:
+        """The line saying why Katib's join breaks this trial's command, and how to fix it."""
+        if self.trial_command is not None or self.exp.collector.kind not in WRAPPED_COLLECTORS:
+            return None
+        return trial_quoting_note(self.exp, rec.name, rec.parameters)
 
     def suggest(self, n: int) -> list[TrialRecord]:
         try:
@@ -273,6 +309,8 @@ class LocalRunner:
         cmd, extra_env = self.command_for(rec)
         env = {**os.environ, **extra_env, TRIAL_ENV: rec.name,
                "CHEXFLOW_KATIB_EXPERIMENT": self.exp.name}
+        if self.trial_command is None:  # Katib's webhook gives the primary container its name
+            env[KATIB_TRIAL_ENV] = rec.name
         log = open(self.trial_dir(rec) / "stdout.log", "a", encoding="utf-8")  # noqa: SIM115
         shown = cmd if isinstance(cmd, str) else " ".join(cmd)
         log.write(f"--- {now()} attempt {rec.restarts + 1}: {shown}\n")
@@ -286,31 +324,40 @@ class LocalRunner:
         rec.command = [shown]
         rec.logs = {}
         rule = StopRule(**rec.rule) if rec.rule else None
-        run = _Running(rec, proc, RuleChecker(rule, self.exp.objective.maximize))
+        run = _Running(rec, proc, RuleChecker(rule, self.exp.objective.maximize),
+                       stdout_file=self.stdout_file(rec))
         run.thread = threading.Thread(target=self._watch, args=(run, log), daemon=True)
-        if rule is not None and self.exp.collector.kind == "File":
-            run.tail = threading.Thread(target=self._tail, args=(run,), daemon=True)
+        if run.stdout_file is not None or (
+                rule is not None and self.exp.collector.kind == "File" and not self.no_collector):
+            run.tail = threading.Thread(target=self._tail, args=(run, log), daemon=True)
         self.running[rec.name] = run
         self._save()
-        run.thread.start()
-        if run.tail is not None:
+        if run.tail is not None:  # before the watcher, which joins it
             run.tail.start()
+        run.thread.start()
 
     def _watch(self, run: _Running, log) -> None:
         """Reader thread: log lines, collect metrics, apply the stop rule; report the exit."""
         with log:
             for line in run.proc.stdout:
-                log.write(line)
-                log.flush()
-                run.lines = (run.lines + [line.rstrip()])[-5:]
-                if ": error: " in line:
-                    run.error_line = line.strip()
-                if self.exp.collector.kind == "StdOut":
+                self._line(run, log, line)
+                if (self.exp.collector.kind == "StdOut" and run.stdout_file is None
+                        and not self.no_collector):
                     self._feed(run, self.parser.parse(line))
             code = run.proc.wait()
-        if run.tail is not None:
-            run.tail.join()
+            if run.tail is not None:
+                run.tail.join()
         self.events.put(("exit", run.rec.name, code))
+
+    @staticmethod
+    def _line(run: _Running, log, line: str) -> None:
+        """A line of the trial's output: into stdout.log, and kept for its failure message."""
+        with run.log_lock:
+            log.write(line)
+            log.flush()
+            run.lines = (run.lines + [line.rstrip()])[-5:]
+            if ": error: " in line:
+                run.error_line = line.strip()
 
     def _feed(self, run: _Running, found: list[tuple[str, float]]) -> None:
         """New metric reports of a running trial: record them, apply the stop rule."""
@@ -324,10 +371,12 @@ class LocalRunner:
                     self._terminate(run)
         self.events.put(("metrics", run.rec.name))
 
-    def _tail(self, run: _Running) -> None:
-        """File collector with a stop rule: follow the metrics file while the trial runs, as
-        Katib's collector does (the whole file is read again when the trial ends)."""
-        path, c = self.collected_path(run.rec), self.exp.collector
+    def _tail(self, run: _Running, log) -> None:
+        """Follow the metrics file while the trial runs, as Katib's collector does (the whole
+        file is read again when the trial ends): File with a stop rule, and StdOut, whose
+        output Katib's wrapper sends to the file (its lines go into stdout.log too)."""
+        stdout, c = run.stdout_file is not None, self.exp.collector
+        path = run.stdout_file or self.collected_path(run.rec)
         names, pos, partial = self.exp.objective.metric_names, 0, ""
         while True:
             alive = run.proc.poll() is None
@@ -335,9 +384,13 @@ class LocalRunner:
                 f.seek(pos)
                 lines = (partial + f.read()).split("\n")
                 pos, partial = f.tell(), lines.pop()
+                if not alive and partial:
+                    lines.append(partial)
                 for line in lines:
+                    if stdout:
+                        self._line(run, log, line + "\n")
                     with contextlib.suppress(ValueError):
-                        self._feed(run, self.parser.parse(line) if c.file_format == "TEXT"
+                        self._feed(run, self.parser.parse(line) if stdout or c.file_format == "TEXT"
                                    else parse_json_line(line, names))
             if not alive:
                 return
@@ -369,11 +422,14 @@ class LocalRunner:
             rec.status = "Failed"
             tail = run.error_line or " | ".join(x for x in run.lines if x)[-300:]
             rec.message = f"exit code {code}" + (f": {tail}" if tail else "")
+            if (note := self.quoting_note(rec)) is not None:
+                rec.message += f" ({note})"
         elif (error := self._collect(rec)) is not None:
             rec.status, rec.message = "Failed", f"metrics collector: {error}"
         elif self.exp.objective.metric not in rec.logs:
             rec.status = "MetricsUnavailable"
-            rec.message = f"objective metric {self.exp.objective.metric} was never reported"
+            rec.message = (self.no_collector or
+                           f"objective metric {self.exp.objective.metric} was never reported")
         else:
             rec.status = "Succeeded"
         self._save()
@@ -382,8 +438,13 @@ class LocalRunner:
     def _collect(self, rec: TrialRecord) -> str | None:
         """Read a File/TensorFlowEvent collector's metrics into rec.logs; the error, if any."""
         c, names = self.exp.collector, self.exp.objective.metric_names
+        if self.no_collector:
+            return None
         try:
-            if c.kind == "File":
+            if c.kind == "StdOut" and (path := self.stdout_file(rec)) is not None:
+                rec.logs = (read_metrics_file(path, names, "TEXT", c.formats)
+                            if path.exists() else {})
+            elif c.kind == "File":
                 rec.logs = read_metrics_file(self.collected_path(rec), names, c.file_format,
                                              c.formats)
             elif c.kind == "TensorFlowEvent":
@@ -539,5 +600,29 @@ def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
             container, _ = primary_container(exp, spec)
             argv = (container.get("command") or []) + (container.get("args") or [])
             cmd = " ".join(map(str, argv))
-        out.append({"trial": rec.name, "parameters": s.parameters, "command": cmd})
+        entry = {"trial": rec.name, "parameters": s.parameters, "command": cmd}
+        if (note := runner.quoting_note(rec)) is not None:
+            entry["note"] = note
+        out.append(entry)
     return out
+
+
+def template_quoting_note(exp: Experiment) -> str | None:
+    """trial_quoting_note for a sample trial (each parameter at its first value), for
+    `--cluster`: said before Katib runs the trials; None for other collectors or a ConfigMap
+    template."""
+    if exp.collector.kind not in WRAPPED_COLLECTORS or not exp.trial_spec:
+        return None
+    sample = {p.name: (p.values[0] if p.values else p.min) for p in exp.parameters}
+    try:
+        return trial_quoting_note(exp, f"{exp.name}-trial", sample)
+    except ChexflowError:
+        return None
+
+
+def trial_quoting_note(exp: Experiment, trial: str, parameters: dict[str, Any]) -> str | None:
+    """quoting_note for the primary container of this trial's rendered trialSpec."""
+    spec = render_trial_spec(exp, trial, parameters)
+    container, _ = primary_container(exp, spec)
+    return quoting_note(container, f"spec.trialTemplate.trialSpec container "
+                                   f"{container.get('name')!r}")

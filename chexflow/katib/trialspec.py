@@ -5,18 +5,30 @@ references such as `${trialSpec.Name}`). `local_command` takes the primary conta
 command + args; an MPIJob launcher's `mpirun -np N ... python ...` becomes
 `horovodrun -np N -H localhost:N --gloo TRAINER_PYTHON ...` (the trainer environment plays the
 training image), and paths under the pod's volumeMounts are mapped to local folders.
+
+`katib_wrap` then does what Katib's pod webhook does to the primary container for the StdOut,
+File and TensorFlowEvent collectors (`pkg/webhook/v1beta1/pod/utils.go` `wrapWorkerContainer`,
+v0.19.0): command and args joined with spaces, without quoting, under `sh -c` (or under the
+user's own `sh -c`/`bash -c`), with the completion marker `echo completed > DIR/$$$$.pid`
+appended, and Kubernetes' `$(VAR)`/`$$` expansion applied as the kubelet does. So a command
+that the shell re-reads differently on Katib breaks here with the same `sh` message.
 """
 
 from __future__ import annotations
 
-import copy
+import json
 import os
 import shlex
 from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.experiment import TRIAL_PARAM_RE, Experiment, format_value
+from chexflow.katib.experiment import (
+    DEFAULT_FILE_PATH,
+    TRIAL_PARAM_RE,
+    Experiment,
+    format_value,
+)
 
 MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun")
 MPI_NP = ("-np", "-n", "--np", "-c", "--n")
@@ -29,20 +41,20 @@ MPI_ONE_VALUE = {
 }
 MPI_TWO_VALUES = {"-mca", "--mca", "-gmca", "--gmca", "-genv"}
 PYTHONS = ("python", "python3")
+# Katib's NeedWrapWorkerMetricsCollectorList (pkg/webhook/v1beta1/pod/const.go)
+WRAPPED_COLLECTORS = ("StdOut", "File", "TensorFlowEvent")
+TRAINING_COMPLETED = "completed"  # mccommon.TrainingCompleted
+TRAINING_EARLY_STOPPED = "early-stopped"  # mccommon.TrainingEarlyStopped
+# Characters that make sh read a word differently from the argument it was (dash, POSIX).
+SHELL_SPECIAL = frozenset(" \t\n|&;<>()$`\\\"'*?[")
+QUOTING_WHY = ("Katib's metrics collector joins command and args with spaces, without quoting, "
+               "and runs them with sh -c")
+QUOTING_HOW = ("put the command in a script file, or write command: [sh, -c] with the whole "
+               "command line as one quoted string in args")
 
 
 class TrialSpecError(ChexflowError):
     """The trialSpec cannot be run locally; the message says which field."""
-
-
-def _substitute(node: Any, values: dict[str, str]) -> Any:
-    if isinstance(node, dict):
-        return {k: _substitute(v, values) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_substitute(v, values) for v in node]
-    if isinstance(node, str):
-        return TRIAL_PARAM_RE.sub(lambda m: values[m.group(1)], node)
-    return node
 
 
 def trial_values(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -> dict[str, str]:
@@ -65,12 +77,53 @@ def trial_values(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -
         else:
             kind, _, key = ref[len("${trialSpec."):-2].partition("[")
             source = meta.get("labels" if kind == "Labels" else "annotations") or {}
-            out[tp["name"]] = str(source.get(key, ""))
+            if key not in source:  # Katib's applyParameters (manifest/generator.go)
+                raise TrialSpecError(
+                    f"spec.trialTemplate.trialParameters {tp['name']}: illegal reference of "
+                    f"trial metadata: {ref}; failed to fetch {kind[:-1]}: {key} (the trialSpec's "
+                    f"metadata.{kind.lower()} has no {key!r}; Katib's controller cannot create "
+                    "the trial)")
+            out[tp["name"]] = str(source[key])
     return out
 
 
 def render_trial_spec(exp: Experiment, trial_name: str, parameters: dict[str, Any]) -> dict:
-    return _substitute(copy.deepcopy(exp.trial_spec), trial_values(exp, trial_name, parameters))
+    """The trialSpec with `${trialParameters.X}` replaced as Katib's applyParameters does it:
+    in the template's JSON text, each value as it is (unescaped), then parsed again; a value
+    with a quote or a backslash breaks the trialSpec on Katib, so here too."""
+    values = trial_values(exp, trial_name, parameters)
+    text = json.dumps(exp.trial_spec, ensure_ascii=False)
+    for name, value in values.items():
+        text = text.replace(f"${{trialParameters.{name}}}", value)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TrialSpecError(
+            f"spec.trialTemplate: the values {json.dumps(values)} break the trialSpec as Katib "
+            f"substitutes them (into its JSON text, unescaped: a quote or a backslash): {e.msg}; "
+            "Katib's controller cannot create the trial") from None
+
+
+def primary_pod_mismatch(exp: Experiment) -> str | None:
+    """Why Katib would inject no metrics collector into a batch Job trial's pod: its
+    primaryPodLabels are not all on the pod (the template's labels and the Job controller's
+    job-name labels; Katib's isPrimaryPod). None when they match, or for other kinds, whose
+    operators add pod labels of their own."""
+    spec = exp.trial_spec
+    wanted = exp.trial_template.get("primaryPodLabels") or {}
+    if not wanted or spec.get("kind") != "Job" or spec.get("apiVersion") != "batch/v1":
+        return None
+    template = (spec.get("spec") or {}).get("template") or {}
+    labels = {str(k): str(v) for k, v in
+              ((template.get("metadata") or {}).get("labels") or {}).items()}
+    missing = {k: v for k, v in wanted.items()
+               if k not in ("job-name", "batch.kubernetes.io/job-name")
+               and labels.get(str(k)) != str(v)}
+    if not missing:
+        return None
+    return (f"Katib injects no metrics collector: spec.trialTemplate.primaryPodLabels "
+            f"{json.dumps(missing)} are not on the Job's pod (spec.template.metadata.labels: "
+            f"{json.dumps(labels)})")
 
 
 def render_command_string(command: str, values: dict[str, str]) -> str:
@@ -199,6 +252,15 @@ def split_mpirun(argv: list[str], where: str) -> tuple[int, list[str]]:
 def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
                   trial_args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The argv and extra environment a local trial runs for this rendered trialSpec."""
+    argv, env, _ = local_command_parts(exp, spec, volumes, default_root, trial_args)
+    return argv, env
+
+
+def local_command_parts(exp: Experiment, spec: dict, volumes: dict[str, Path],
+                        default_root: Path, trial_args: list[str]
+                        ) -> tuple[list[str], dict[str, str], int]:
+    """local_command, and how many leading words of the argv are chexflow's local stand-ins
+    (horovodrun and its options, the trainer's python): `katib_wrap` quotes those only."""
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
@@ -211,11 +273,79 @@ def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default
     env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
            if "name" in e and "value" in e}
     env["PYTHONPATH"] = with_chexflow_importable(os.environ)["PYTHONPATH"]
+    ours = 0
     if os.path.basename(argv[0]) in MPI_LAUNCHERS:
         n, program = split_mpirun(argv, where)
         if os.path.basename(program[0]) in PYTHONS:
             program = [str(trainer_python()), *program[1:]]
+            ours = 1
         argv = horovodrun_command(program, n)
+        ours += len(argv) - len(program)
     elif os.path.basename(argv[0]) in PYTHONS:
         argv = [str(trainer_python()), *argv[1:]]
-    return argv, env
+        ours = 1
+    return argv, env, ours
+
+
+def kube_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a container's command and args (the kubelet's
+    third_party/forked/golang/expansion): `$(NAME)` -> NAME's value from the container's env
+    (left as written when NAME is not there), `$$` -> `$`; any other `$` stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2:end]
+                    out.append(env.get(name, text[i:end + 1]))
+                    i = end + 1
+                    continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def katib_wrap(argv: list[str], ours: int, kind: str, metrics_dir: str, env: dict[str, str],
+               early_stopping: bool) -> list[str]:
+    """Katib's wrapWorkerContainer for `kind` (StdOut, File, TensorFlowEvent): `sh -c` over
+    command + args joined with spaces (the user's own leading `sh -c`/`bash -c` kept), StdOut's
+    redirection, the early stopping test when the trial has stop rules, and the completion
+    marker in metrics_dir (Katib's /var/log/katib or the File/TensorFlowEvent folder, here its
+    local folder); then Kubernetes' `$(VAR)`/`$$` expansion. The first `ours` words are
+    chexflow's local stand-ins and are quoted; the user's words are joined as Katib joins them."""
+    words = [shlex.quote(a) for a in argv[:ours]] + argv[ours:]
+    command = ["sh", "-c"]
+    if len(words) >= 2 and words[0] in ("sh", "bash") and words[1] == "-c":
+        command, words = words[:2], words[2:]
+    if kind == "StdOut":  # metricsFile: /var/log/katib/metrics.log
+        words.append(f"1>{metrics_dir}/{os.path.basename(DEFAULT_FILE_PATH)} 2>&1")
+    pid_file = f"{metrics_dir}/$$$$.pid"
+    if early_stopping:
+        words += ["||", f"if test -f {pid_file} && [ $(head -n 1 {metrics_dir}/$$.pid) = "
+                  f"{TRAINING_EARLY_STOPPED} ]; then echo Training Container was Early Stopped; "
+                  "else echo Training Container was Failed; exit 1; fi"]
+    words += ["&&", f"echo {TRAINING_COMPLETED} > {pid_file}"]
+    return [*command, kube_expand(" ".join(words), env)]
+
+
+def quoting_note(container: dict, where: str) -> str | None:
+    """One line when Katib's join would make the shell read the container's command + args
+    differently from the words written: which argument, why, and how to write it."""
+    argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+    if len(argv) >= 2 and argv[0] in ("sh", "bash") and argv[1] == "-c":
+        if len(argv) > 3:
+            return (f"{where}: the words after the {argv[0]} -c script ({argv[3]!r}...) become "
+                    f"part of the script, not its $0 $1...: {QUOTING_WHY}; {QUOTING_HOW}")
+        return None
+    for i, a in enumerate(argv):
+        if not a or any(ch in SHELL_SPECIAL for ch in a) or a[0] in "#~":
+            shown = a if len(a) <= 60 else a[:57] + "..."
+            return (f"{where}: word {i + 1} of command + args, {shown!r}, is read again by the "
+                    f"shell on Katib: {QUOTING_WHY}; {QUOTING_HOW}")
+    return None
