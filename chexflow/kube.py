@@ -3,6 +3,7 @@ object's status conditions (MPIJob, batch Job, Katib Experiment, the local sweep
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -12,6 +13,10 @@ from chexflow.errors import ChexflowError
 # The condition types that end an object, by kind (Katib Experiments end like MPIJobs).
 FINISHED = {"MPIJob": ("Succeeded", "Failed"), "Job": ("Complete", "Failed"),
             "Experiment": ("Succeeded", "Failed")}
+
+
+# API answers worth another try: throttled, or the apiserver (or what is behind it) unwell
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 
 
 class KubernetesError(ChexflowError):
@@ -43,6 +48,14 @@ def load_api_client(context: str | None = None):
     return client.ApiClient()
 
 
+def client_from_kubeconfig(path: str | os.PathLike) -> Any:
+    """A client for the cluster of one kubeconfig file, leaving the process's default alone (a
+    cluster this process started, beside whatever KUBECONFIG names)."""
+    from kubernetes import config
+
+    return config.new_client_from_config(config_file=str(path))
+
+
 def finished_condition(conditions: Iterable[dict[str, Any]] | None,
                        kind: str) -> dict[str, Any] | None:
     """The condition with status True that ends an object of `kind`, or None while it runs."""
@@ -51,3 +64,20 @@ def finished_condition(conditions: Iterable[dict[str, Any]] | None,
         if cond.get("type") in done and cond.get("status") == "True":
             return cond
     return None
+
+
+def is_transient(e: BaseException) -> bool:
+    """An API error worth retrying: 429/5xx, or the connection itself (urllib3)."""
+    from urllib3.exceptions import HTTPError
+
+    return (getattr(e, "status", None) in TRANSIENT_STATUS
+            or isinstance(e, (HTTPError, ConnectionError)))
+
+
+def api_message(e: BaseException) -> str:
+    """The apiserver's own message in an ApiException's JSON body, else what the error says."""
+    body = getattr(e, "body", None)
+    try:
+        return json.loads(body).get("message", body)
+    except (TypeError, ValueError, AttributeError):
+        return str(body) if body else str(getattr(e, "reason", None) or e)

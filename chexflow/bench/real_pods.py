@@ -41,6 +41,7 @@ from chexflow.errors import ChexflowError
 from chexflow.jobs.kubernetes import KubernetesBackend
 from chexflow.jobs.render import JOB_NAME_LABEL, LAUNCHER_ROLE_LABEL
 from chexflow.jobs.spec import JobSpec, Volume
+from chexflow.kube import client_from_kubeconfig
 from chexflow.train.options import TrainOptions
 
 NAME = "MPIJob on real pods vs local horovodrun"
@@ -242,8 +243,6 @@ def cluster(work: Path, kubeconfig: Path | None,
             katib: bool = False) -> Iterator[tuple[object, Path, dict]]:
     """(API client, state folder, what it took): the running cluster of `kubeconfig` (with a
     real node, and Katib if `katib`), else one started here (stopped afterwards)."""
-    from kubernetes import config
-
     from chexflow.devcluster.controlplane import LocalCluster
 
     if kubeconfig is not None:
@@ -258,7 +257,7 @@ def cluster(work: Path, kubeconfig: Path | None,
             raise RealPodsError(f"--kubeconfig {kubeconfig}: not the kubeconfig of a running "
                                 f"`chexflow cluster up {flag}` (its cluster.json, beside it, "
                                 f"must record {what})")
-        yield config.new_client_from_config(config_file=str(kubeconfig)), state_dir, {
+        yield client_from_kubeconfig(kubeconfig), state_dir, {
             "cluster": f"running, from {kubeconfig}"}
         return
     start = time.monotonic()

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from chexflow.devcluster import binaries, certs, crds, katib, kubeproxy, nodes, realnode
 from chexflow.errors import ChexflowError
+from chexflow.kube import client_from_kubeconfig
 from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
@@ -244,9 +245,7 @@ class LocalCluster:
     # ---- clients -------------------------------------------------------------------------------
     def api_client(self):
         """A kubernetes.client.ApiClient authenticated as the admin."""
-        from kubernetes import config
-
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
+        return client_from_kubeconfig(self.kubeconfig)
 
     def memory(self, component: str = "kube-apiserver") -> dict[str, float]:
         """Current and peak resident memory (MiB) of one component."""

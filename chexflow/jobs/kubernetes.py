@@ -42,9 +42,14 @@ from chexflow.jobs.render import (
 )
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.spec import ClusterOptions, JobCancelled, JobFailed, JobSpec, JobTimeout
-from chexflow.kube import KubernetesError, finished_condition, load_api_client
+from chexflow.kube import (
+    TRANSIENT_STATUS,
+    KubernetesError,
+    api_message,
+    finished_condition,
+    load_api_client,
+)
 
-TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 DELETE_POLICIES = ("always", "on-success", "never")
 SPEC_HASH_ANNOTATION = "chexflow.io/spec-sha256"
 # Time allowed beyond the job's own activeDeadlineSeconds for scheduling and image pulls; also
@@ -240,7 +245,7 @@ class KubernetesBackend:
             if e.status != 409:
                 raise KubernetesError(
                     f"creating {kind} {self.namespace}/{name}: HTTP {e.status} {e.reason}: "
-                    f"{_api_message(e)}"
+                    f"{api_message(e)}"
                 ) from None
             existing = self.get(kind, name)
             theirs = existing["metadata"].get("annotations", {}).get(SPEC_HASH_ANNOTATION)
@@ -610,10 +615,3 @@ def _one_line(text: str) -> str:
 def _latest_condition(conditions: list[dict[str, Any]]) -> str | None:
     true = [c for c in conditions if c.get("status") == "True"]
     return true[-1]["type"] if true else None
-
-
-def _api_message(e) -> str:
-    try:
-        return json.loads(e.body).get("message", e.body)
-    except (TypeError, ValueError):
-        return str(e.body)

@@ -51,7 +51,7 @@ from chexflow.katib.spec import SpecError, parse_experiment
 from chexflow.katib.state import COMPLETED, STATE_FILE, TrialRecord
 from chexflow.katib.templates import describe, inline, not_found
 from chexflow.katib.trialspec import override_args, primary_container
-from chexflow.kube import finished_condition, load_api_client
+from chexflow.kube import api_message, finished_condition, is_transient, load_api_client
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
 TRIALS, SUGGESTIONS = "trials", "suggestions"
@@ -72,7 +72,6 @@ COUNTERS = (("running", "trialsRunning"), ("succeeded", "trialsSucceeded"),
             ("failed", "trialsFailed"), ("early-stopped", "trialsEarlyStopped"),
             ("metrics-unavailable", "trialMetricsUnavailable"))
 OPTIONAL_COUNTERS = (("pending", "trialsPending"), ("killed", "trialsKilled"))
-TRANSIENT_STATUS = {429, 500, 502, 503, 504}
 TRIAL_LOG_LINES = 8  # log lines shown under a Failed trial
 # Katib's webhook, for an earlyStopping algorithm katib-config does not list
 NO_EARLY_STOPPING_SERVICE = "unable to get EarlyStopping config data"
@@ -96,14 +95,6 @@ def custom_objects_api(api_client=None):
     from kubernetes import client
 
     return client.CustomObjectsApi(api_client or load_api_client())
-
-
-def _api_message(e: Exception) -> str:
-    body = getattr(e, "body", None)
-    try:
-        return json.loads(body).get("message", str(e))
-    except (TypeError, ValueError, AttributeError):
-        return str(getattr(e, "reason", e))
 
 
 # ---- the Experiment to create ------------------------------------------------------------------
@@ -298,7 +289,7 @@ class ClusterSweep:
                 return
             except Exception as e:
                 # Katib's webhook reads ConfigMaps from its informer's cache: a moment behind
-                if not (written and NO_CONFIG_MAP in _api_message(e)
+                if not (written and NO_CONFIG_MAP in api_message(e)
                         and time.monotonic() < until):
                     self._refused(e)
                 time.sleep(1)
@@ -324,7 +315,7 @@ class ClusterSweep:
             current = core.read_namespaced_config_map(name, ns).data or {}
         except Exception as e:
             if getattr(e, "status", None) != 404:
-                raise ClusterError(f"{where}: reading it: {_api_message(e)}") from e
+                raise ClusterError(f"{where}: reading it: {api_message(e)}") from e
             current = None
         if current is not None and all(current.get(k) == v for k, v in data.items()):
             self.echo(f"{where}: as in {found.file}")
@@ -346,7 +337,7 @@ class ClusterSweep:
                 core.patch_namespaced_config_map(name, ns, {"metadata": {"labels": labels},
                                                             "data": data})
         except Exception as e:
-            raise ClusterError(f"{where}: not {verb}: {_api_message(e)}") from e
+            raise ClusterError(f"{where}: not {verb}: {api_message(e)}") from e
         self.echo(f"{where}: {verb} from {found.file} (the trial template Katib reads)")
         return body, True
 
@@ -355,7 +346,7 @@ class ClusterSweep:
         if getattr(e, "status", None) == 409:
             raise ClusterError(f"{self.where} already exists: delete it or change "
                                f"metadata.name") from e
-        message = _api_message(e)
+        message = api_message(e)
         if NO_EARLY_STOPPING_SERVICE in message:
             message += ("; run it without early stopping with --set spec.earlyStopping=null, "
                         "or list that algorithm in katib-config's earlyStopping")
@@ -371,12 +362,8 @@ class ClusterSweep:
             try:
                 return fn(*args, **kwargs)
             except Exception as e:
-                from urllib3.exceptions import HTTPError  # connection errors
-
-                transient = (getattr(e, "status", None) in TRANSIENT_STATUS
-                             or isinstance(e, HTTPError))
-                if not transient or time.monotonic() > self.deadline:
-                    raise ClusterError(f"{self.where}: reading it: {_api_message(e)}") from e
+                if not is_transient(e) or time.monotonic() > self.deadline:
+                    raise ClusterError(f"{self.where}: reading it: {api_message(e)}") from e
                 time.sleep(self.poll)
 
     def read(self) -> tuple[dict, list[TrialRecord]]:
@@ -530,7 +517,7 @@ class ClusterSweep:
                 body=client.V1DeleteOptions(propagation_policy="Background"))
         except Exception as e:
             if getattr(e, "status", None) != 404:
-                raise ClusterError(f"deleting {self.where}: {_api_message(e)}") from e
+                raise ClusterError(f"deleting {self.where}: {api_message(e)}") from e
 
     def run(self) -> tuple[dict, list[TrialRecord], dict]:
         """Follow the created Experiment; delete it when stopped or timed out."""
@@ -554,7 +541,7 @@ class ClusterSweep:
             sug = self.api.get_namespaced_custom_object(GROUP, VERSION, self.ns, SUGGESTIONS,
                                                         self.name)
         except Exception as e:
-            return f"(suggestion {self.name} not readable: {_api_message(e)})"
+            return f"(suggestion {self.name} not readable: {api_message(e)})"
         for c in (sug.get("status") or {}).get("conditions") or []:
             if c.get("type") == "Failed" and c.get("status") == "True":
                 return str(c.get("message") or c.get("reason") or "")

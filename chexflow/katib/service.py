@@ -51,6 +51,7 @@ from chexflow.katib.suggest import (
     make_suggester,
     validate_algorithm,
 )
+from chexflow.kube import load_api_client
 
 PORT = 6789
 EARLY_STOPPING_PORT = 6788
@@ -223,11 +224,10 @@ class EarlyStoppingService:
         self.lock = threading.Lock()
 
     def custom_objects(self) -> Any:
-        from kubernetes import client, config
+        from kubernetes import client
 
         if self.api_client is None:
-            config.load_incluster_config()
-            self.api_client = client.ApiClient()
+            self.api_client = load_api_client()  # in Katib's pod: its service account
         if self.namespace is None:
             self.namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
         return client.CustomObjectsApi(self.api_client)
