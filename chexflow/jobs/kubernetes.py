@@ -19,19 +19,26 @@ retried pipeline step) and refuses otherwise; 429/5xx and connection errors are 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import re
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from chexflow.errors import ChexflowError
+from chexflow.jobs.diagnosis import (
+    BAD_INPUT_GRACE_SECONDS,
+    SCHEDULING_GRACE_SECONDS,
+    Blocker,
+    ended_attempts,
+    latest_condition,
+    lost_rank,
+    one_line,
+    pod_blockers,
+    pod_end,
+    refused_pods,
+)
 from chexflow.jobs.render import (
     JOB_NAME_LABEL,
     LAUNCHER_ROLE_LABEL,
@@ -41,6 +48,7 @@ from chexflow.jobs.render import (
     render,
 )
 from chexflow.jobs.result import JobResult
+from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
 from chexflow.jobs.spec import ClusterOptions, JobCancelled, JobFailed, JobSpec, JobTimeout
 from chexflow.kube import (
     TRANSIENT_STATUS,
@@ -52,20 +60,6 @@ from chexflow.kube import (
 
 DELETE_POLICIES = ("always", "on-success", "never")
 SPEC_HASH_ANNOTATION = "chexflow.io/spec-sha256"
-# Time allowed beyond the job's own activeDeadlineSeconds for scheduling and image pulls; also
-# how long pods may stay unschedulable for lack of room before the job fails with the
-# scheduler's reason (other jobs may end, an autoscaler may add a node).
-SCHEDULING_GRACE_SECONDS = 300
-# How long pods may stay unable to start for a reason in the job's spec (an image that cannot
-# be pulled, a missing PVC, a node selector nothing matches, pods the apiserver refuses): long
-# enough for a registry hiccup or a PVC created a moment late, short of a timeout.
-BAD_INPUT_GRACE_SECONDS = 30
-# Container waiting reasons no retry can clear (at once), and ones the kubelet retries (grace).
-NEVER_STARTS = ("ErrImageNeverPull", "InvalidImageName")
-MAY_NOT_START = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
-# Scheduler messages that say the cluster is full or busy, not that the spec is wrong.
-FULL_CLUSTER = ("Insufficient", "Too many pods", "free ports", "node.kubernetes.io/",
-                "were unschedulable", "unbound immediate PersistentVolumeClaims")
 LOG_TAIL_LINES = 60
 
 
@@ -75,45 +69,6 @@ class JobCannotStart(JobFailed):
 
 class JobUnschedulable(JobCannotStart):
     """The job's pods stayed unschedulable (e.g. more GPUs per worker than any node has)."""
-
-
-@dataclass(frozen=True)
-class Blocker:
-    """Why a pod of the job cannot start: `what` names the pod or object, `why` is Kubernetes'
-    reason in one line, `grace` how long Kubernetes gets to recover by itself."""
-
-    what: str
-    why: str
-    grace: float
-    unschedulable: bool = False
-
-
-class Terminated(BaseException):
-    """SIGTERM arrived (a BaseException, so no `except Exception` on the way swallows it)."""
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises Terminated in the main thread (once: SIGTERM is ignored
-    while the job is being deleted); the previous handler is restored afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame) -> None:
-        ignore_sigterm()
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def ignore_sigterm() -> None:
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def spec_hash(obj: dict[str, Any]) -> str:
@@ -209,7 +164,7 @@ class KubernetesBackend:
             reason = cond.get("reason", "")
             message = f"{kind} {self.namespace}/{spec.name} failed"
             message += f" ({reason}: {cond.get('message', '')})" if reason else ""
-            lost = _lost_rank(tail)
+            lost = lost_rank(tail)
             incidents = [*self._incidents.values(), *([lost] if lost else [])]
             message += "".join(f"; {incident}" for incident in dict.fromkeys(incidents))
             if events:
@@ -277,7 +232,7 @@ class KubernetesBackend:
         while True:
             current = self.get(kind, name)
             conditions = (current.get("status") or {}).get("conditions") or []
-            state = _latest_condition(conditions)
+            state = latest_condition(conditions)
             if state != last_state:
                 self._log(name, f"{kind} condition: {state or 'Pending'}")
                 last_state = state
@@ -368,13 +323,13 @@ class KubernetesBackend:
             expected, owners = 1, [name]
         if len(live) < expected:
             for owner in owners:
-                refused = [e for e in self._event_items(owner) if _refused_pods(e)]
+                refused = [e for e in self._event_items(owner) if refused_pods(e)]
                 if refused:
                     e = refused[-1]
                     grace = SCHEDULING_GRACE_SECONDS if "exceeded quota" in e.message \
                         else BAD_INPUT_GRACE_SECONDS
                     found.append(Blocker(f"{e.involved_object.kind} {owner} ({e.reason})",
-                                         _one_line(e.message), grace))
+                                         one_line(e.message), grace))
         return found
 
     def note_workers(self, name: str, pods: list) -> None:
@@ -403,7 +358,7 @@ class KubernetesBackend:
         if deleted or pod.metadata.deletion_timestamp:
             self._incident(name, uid, f"worker pod {pod_name} was deleted")
         elif pod.status and pod.status.phase == "Failed":
-            self._incident(name, uid, f"worker pod {pod_name} failed ({_pod_end(pod)})")
+            self._incident(name, uid, f"worker pod {pod_name} failed ({pod_end(pod)})")
 
     def _incident(self, name: str, key: str, message: str) -> None:
         if key not in self._incidents:
@@ -450,7 +405,7 @@ class KubernetesBackend:
                 except ApiException:
                     tail = ""
                 self._failed_attempts[key] = tail
-                lost = _lost_rank(tail)
+                lost = lost_rank(tail)
                 self._log(name, f"attempt {len(self._failed_attempts)} failed in pod "
                                 f"{pod.metadata.name} (exit code {how.exit_code}: "
                                 f"{how.reason or 'Error'})" + (f": {lost}" if lost else ""))
@@ -541,77 +496,3 @@ class KubernetesBackend:
 
     def _log(self, name: str, message: str) -> None:
         print(f"[{name}] {message}", file=self.stream, flush=True)
-
-
-def ended_attempts(pod, container: str) -> list[tuple[int, Any, bool]]:
-    """The ended runs of `container` that the pod still shows, as (attempt in this pod, its
-    terminated state, whether its log is the previous container's): the one the kubelet
-    restarted (restartPolicy OnFailure/Always: lastState) and, in a Failed pod (Never), the
-    last one."""
-    ended = []
-    for status in (pod.status.container_statuses if pod.status else None) or []:
-        if status.name != container:
-            continue
-        if status.last_state and status.last_state.terminated:
-            ended.append((status.restart_count, status.last_state.terminated, True))
-        if pod.status.phase == "Failed" and status.state and status.state.terminated:
-            ended.append((status.restart_count + 1, status.state.terminated, False))
-    return ended
-
-
-def pod_blockers(pod) -> list[Blocker]:
-    """Why `pod` cannot start: the scheduler cannot place it (PodScheduled False, reason
-    Unschedulable), or a container waits on an image it cannot get or a config it lacks."""
-    if pod.status is None or pod.metadata.deletion_timestamp:
-        return []
-    what = f"pod {pod.metadata.name}"
-    for c in pod.status.conditions or []:
-        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
-            full = any(marker in (c.message or "") for marker in FULL_CLUSTER)
-            grace = SCHEDULING_GRACE_SECONDS if full else BAD_INPUT_GRACE_SECONDS
-            return [Blocker(what, _one_line(c.message or ""), grace, unschedulable=True)]
-    found = []
-    statuses = [*(pod.status.init_container_statuses or []),
-                *(pod.status.container_statuses or [])]
-    for status in statuses:
-        waiting = status.state.waiting if status.state else None
-        if waiting and waiting.reason in NEVER_STARTS + MAY_NOT_START:
-            grace = 0 if waiting.reason in NEVER_STARTS else BAD_INPUT_GRACE_SECONDS
-            found.append(Blocker(f"{what} container {status.name}",
-                                 _one_line(f"{waiting.reason}: {waiting.message or ''}"), grace))
-    return found
-
-
-def _refused_pods(event) -> bool:
-    """An event saying a controller could not create the job's pods (the Job controller's
-    FailedCreate, mpi-operator's 'worker pod created failed')."""
-    message = event.message or ""
-    return event.type == "Warning" and (
-        event.reason == "FailedCreate" or "pod created failed" in message)
-
-
-def _pod_end(pod) -> str:
-    """How a failed pod ended: the kubelet's reason (Evicted...) or its containers' exits."""
-    if pod.status.reason:
-        return _one_line(f"{pod.status.reason}: {pod.status.message or ''}")
-    ends = [f"container {s.name}: exit code {s.state.terminated.exit_code}"
-            f" {s.state.terminated.reason or ''}".rstrip()
-            for s in pod.status.container_statuses or [] if s.state and s.state.terminated]
-    return "; ".join(ends) or "no container status"
-
-
-def _lost_rank(log: str) -> str | None:
-    """OpenMPI's mpirun saying it lost the daemon of a worker (its pod was killed or deleted):
-    'mpirun lost its ranks on HOST', or None."""
-    match = re.search(r"ORTE has lost communication with a remote daemon\.\s+HNP daemon.*\n"
-                      r"\s*Remote daemon\s*:.* on node (\S+)", log)
-    return f"mpirun lost its ranks on {match.group(1)}" if match else None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _latest_condition(conditions: list[dict[str, Any]]) -> str | None:
-    true = [c for c in conditions if c.get("status") == "True"]
-    return true[-1]["type"] if true else None

@@ -37,14 +37,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
 from chexflow.errors import ChexflowError
-from chexflow.jobs.kubernetes import (
-    Terminated,
-    ended_attempts,
-    ignore_sigterm,
-    pod_blockers,
-    sigterm_raises,
-)
+from chexflow.jobs.diagnosis import ended_attempts, pod_blockers
 from chexflow.jobs.render import JOB_NAME_LABEL
+from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
 from chexflow.katib.experiment import Experiment
 from chexflow.katib.results import optimal_entry, trial_line, write_results
 from chexflow.katib.spec import SpecError, parse_experiment

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from chexflow.envs import REPO_ROOT
-from chexflow.jobs.kubernetes import BAD_INPUT_GRACE_SECONDS
+from chexflow.jobs.diagnosis import BAD_INPUT_GRACE_SECONDS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
