@@ -13,7 +13,9 @@ end, and write the local runner's results from its Trials.
 - While it runs: one line per change of the Experiment's trial counters (with the best trial so
   far, status.currentOptimalTrial), and one line per Trial that ends, with its condition's
   message when it Failed (and the last lines of its primary container's log), had no metrics
-  or was stopped.
+  or was stopped; and one line per new trouble in a running trial's pods (a failed attempt
+  with its count and last log line, an image that cannot be pulled, a pod that cannot be
+  scheduled), found with the jobs backend's own pod checks.
 - At the end: results.{json,csv,html}, objective.png and optimal.json by the same writers as a
   local sweep (results.py), from each Trial's parameterAssignments and status.observation;
   optimal.json is status.currentOptimalTrial. experiment.json keeps the Experiment as read.

@@ -8,6 +8,9 @@ goal reached (Succeeded), Failed + MetricsUnavailable >= maxFailedTrialCount (Fa
 trials >= maxTrialCount (Succeeded), search space exhausted with no trial active (Succeeded); a
 suggestion library that fails ends it Failed ("Suggestion has failed").
 
+A trialSpec trial runs as Katib's pod webhook wraps it (trialspec.katib_wrap): command and args
+joined without quoting under `sh -c`, StdOut's output sent to the collector's metrics.log.
+
 Metrics: StdOut is parsed line by line while the trial runs (medianstop acts on it); File and
 TensorFlowEvent are read when the trial's process ends, and with a stop rule the File is
 followed while the trial runs, as Katib's collector does (Katib's TensorFlowEvent collector has
