@@ -51,9 +51,11 @@ def _backbone(name: str, image_size: int, weights: str | None) -> keras.Model:
 
 
 def build_model(
-    name: str, image_size: int, num_classes: int, weights: str = "none", seed: int = 0
+    name: str, image_size: int, num_classes: int, weights: str = "none", seed: int = 0,
+    bn_momentum: float = 0.99,
 ) -> keras.Model:
-    """The classifier; `weights` is none, imagenet, a Keras .h5 backbone file or a .keras model."""
+    """The classifier; `weights` is none, imagenet, a Keras .h5 backbone file or a .keras model.
+    `bn_momentum`: of every BatchNormalization layer's moving averages (Keras' default 0.99)."""
     if name not in FAMILY:
         raise WeightsError(f"--model {name!r}: expected one of {', '.join(FAMILY)}")
     backbone_weights = None
@@ -82,6 +84,9 @@ def build_model(
         x
     )
     model = keras.Model(inputs, outputs, name=f"chexflow_{name}")
+    for layer in base.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = bn_momentum
     if backbone_weights is None and weights not in ("none", "", None):
         _load_full_model_weights(model, Path(weights))
     return model
