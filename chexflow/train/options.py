@@ -43,6 +43,9 @@ class TrainOptions:
     bn_momentum: float = field(default=0.99, metadata=_opt(
         "momentum of the BatchNormalization moving averages used at inference (Keras' 0.99 "
         "forgets its start value in some hundred steps; 0.9 in some dozen, for short runs)"))
+    no_flip: bool = field(default=False, metadata=_opt(
+        "train without the random horizontal flip (for data whose left and right differ in "
+        "meaning, as in chexflow's generated data, where each class owns a cell of a grid)"))
     weight_decay: float = field(default=0.0, metadata=_opt(
         "decoupled weight decay of the optimizer (0: none, as in CheXNet)"))
     image_size: int = field(default=224, metadata=_opt("must match the manifest"))

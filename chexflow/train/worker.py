@@ -119,7 +119,7 @@ def _build_model(hvd, args, num_classes: int):
     if hvd.local_rank() == 0 or args.weights != "imagenet":
         try:
             model = build_model(args.model, args.image_size, num_classes, args.weights, args.seed,
-                                args.bn_momentum)
+                                args.bn_momentum, not args.no_flip)
         except WeightsError as e:
             error = str(e)
     errors = [e for e in hvd.allgather_object(error) if e]
@@ -127,7 +127,7 @@ def _build_model(hvd, args, num_classes: int):
         raise WeightsError(errors[0])
     if model is None:  # the weights are in the local Keras cache now
         model = build_model(args.model, args.image_size, num_classes, args.weights, args.seed,
-                            args.bn_momentum)
+                            args.bn_momentum, not args.no_flip)
     return model
 
 
