@@ -28,35 +28,78 @@ def demo_recipe(out) -> list[str]:
     return shlex.split(proc.stdout.strip().splitlines()[-1])
 
 
-def test_make_demo_reaches_auroc_080_quietly(tmp_path):
-    """Runs exactly what `make demo` runs once set up. Measured on 2 CPU cores shared with other
-    jobs (load 8-12): 6 epochs on the 400 generated images reached mean test AUROC 0.971 (95% CI
-    0.957-0.984) in two runs alike (the seed makes it deterministic); the bar is 0.80. The run
-    used 230 CPU-seconds in all (5 min 51 s and 10 min 53 s of wall time under that load; the
-    first epoch, with graph tracing, 146-284 s, later epochs 15-30 s)."""
-    argv = demo_recipe(tmp_path / "demo")
-    assert argv[1:] == ["run", "chexnet-train", "--out", str(tmp_path / "demo")]
+# The demo's bar: mean test AUROC on the generated data for each of these seeds (issue 28).
+DEMO_BAR, DEMO_SEEDS = 0.95, (0, 1, 2)
+# Validation AUROC (35-40 images) may dip by this much from its best so far, no more.
+VAL_DIP = 0.03
+
+
+def run_demo(argv: list[str], out: Path) -> tuple[dict, str]:
+    """Run a demo command line; (its summary.json, its stdout)."""
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=2400)
-    wall = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    (run_dir,) = (tmp_path / "demo").glob("chexnet-train-*")
+    (run_dir,) = out.glob("chexnet-train-*")
     summary = json.loads((run_dir / "summary.json").read_text())
+    summary["test_wall_seconds"] = time.monotonic() - started
+    return summary, proc.stdout
+
+
+def check_learned(summary: dict) -> None:
+    """Mean test AUROC at the bar; validation AUROC rising, never falling more than VAL_DIP
+    below its best so far."""
+    auroc = summary["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"]["auroc_mean"]
+    train = json.loads(summary["tasks"]["train-op"]["parameters"]["summary"])
+    curve = [round(h["val_auroc"], 3) for h in train["history"]]
+    seed, wall = summary["arguments"].get("seed", 0), summary["test_wall_seconds"]
+    assert auroc >= DEMO_BAR, f"seed {seed}: mean test AUROC {auroc:.3f}, val {curve}, {wall:.0f}s"
+    assert curve[-1] > curve[0], f"seed {seed}: val AUROC {curve}"
+    for epoch, value in enumerate(curve[1:], start=2):
+        assert value >= max(curve[:epoch - 1]) - VAL_DIP, f"seed {seed}: val AUROC {curve}"
+    lrs = [h["lr"] for h in train["history"]]  # after the warm-up epoch: the cosine decay
+    assert all(b < a for a, b in zip(lrs[1:-1], lrs[2:], strict=True)), lrs
+    assert lrs[-1] < lrs[1] / 10, lrs
+
+
+def test_make_demo_learns_quietly_with_seed_0(tmp_path):
+    """Runs exactly what `make demo` runs once set up (seed 0: generated data and training).
+    Measured 2026-11-25 on 2 cores shared with other jobs (load 5-10): mean test AUROC 1.000,
+    val AUROC 0.700 0.807 0.891 0.943 0.980 0.998; 188 s of pipeline (training 150 s: start-up
+    19 s, first step 50 s, then 35 images/s)."""
+    argv = demo_recipe(tmp_path / "demo")
+    assert argv[1:] == ["run", "chexnet-train", "--out", str(tmp_path / "demo")]
+    summary, stdout = run_demo(argv, tmp_path / "demo")
+    check_learned(summary)
     auroc = summary["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"]
-    assert auroc["auroc_mean"] >= 0.80, f"mean test AUROC {auroc['auroc_mean']} after {wall:.0f}s"
-    lines = proc.stdout.rstrip("\n").split("\n")
-    assert len(lines) <= 40, proc.stdout
+    lines = stdout.rstrip("\n").split("\n")
+    assert len(lines) <= 40, stdout
     assert lines[-1].startswith(f"run: mean test AUROC {auroc['auroc_mean']:.3f} (95% CI ")
     assert "CheXNet's published mean is 0.841" in lines[-1]
     assert "these data are generated, not NIH's X-rays" in lines[-1]
-    assert "report: " in proc.stdout and "images/s with 2 worker(s)" in proc.stdout
-    check_pipeline_run(tmp_path / "demo", summary, proc.stdout)
+    assert "report: " in stdout
+    train = summary["tasks"]["train-op"]["artifacts"]["metrics"]["metadata"]
+    assert (f"training: {train['images_per_sec']:.1f} images/s in steady state with 2 worker(s); "
+            f"{train['wall_seconds']:.0f} s in all, of which warm-up "
+            f"{train['startup_seconds']:.0f} s start-up and {train['first_step_seconds']:.0f} s "
+            "first step (building the training graph)") in stdout
+    check_pipeline_run(tmp_path / "demo", summary, stdout)
+
+
+@pytest.mark.parametrize("seed", [s for s in DEMO_SEEDS if s != 0])
+def test_demo_recipe_learns_with_other_seeds(tmp_path, seed):
+    """The demo's command with --seed: other generated data, other initial weights and order
+    (each run about as long as seed 0's)."""
+    out = tmp_path / "demo"
+    summary, _ = run_demo([*demo_recipe(out), "--seed", str(seed)], out)
+    assert summary["arguments"]["seed"] == seed
+    assert (out / f"synth-data-64px-seed{seed}" / "Data_Entry_2017.csv").exists()
+    check_learned(summary)
 
 
 def check_pipeline_run(out, s: dict, stdout: str) -> None:
     """What the chexnet-train run left: generated data, each task's metrics and artifacts, the
     report, per-step logs named in the quiet output."""
-    assert (out / "synth-data-64px" / "Data_Entry_2017.csv").exists()  # generated
+    assert (out / "synth-data-64px-seed0" / "Data_Entry_2017.csv").exists()  # generated
     train = s["tasks"]["train-op"]["artifacts"]["metrics"]["metadata"]
     assert train["workers"] == 2 and train["processes"] == 2
     assert train["images_per_sec"] > 0 and train["images_per_sec_worker_1"] > 0

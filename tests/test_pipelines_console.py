@@ -107,3 +107,18 @@ def test_step_logs_are_not_overwritten_by_a_second_task_of_the_same_name(tmp_pat
     console.close_step(first, {}, True)
     console.close_step(second, {}, True)
     assert (first.log.name, second.log.name) == (f"{name}.log", f"{name}-2.log")
+
+
+def test_summary_prints_steady_state_images_per_sec_apart_from_the_warm_up():
+    from chexflow.pipelines.local_run import print_summary
+
+    train = {"images_per_sec": 61.23, "workers": 2.0, "wall_seconds": 98.4,
+             "startup_seconds": 17.2, "first_step_seconds": 35.6}
+    summary = {"pipeline": "chexnet-train", "wall_seconds": 140.0, "run_dir": "/r", "reports": [],
+               "provenance": "generated", "tasks": {"train-op": {"artifacts": {
+                   "metrics": {"metadata": train}}}}}
+    out = io.StringIO()
+    print_summary(summary, out)
+    assert ("  training: 61.2 images/s in steady state with 2 worker(s); 98 s in all, of which "
+            "warm-up 17 s start-up and 36 s first step (building the training graph)\n"
+            ) in out.getvalue()

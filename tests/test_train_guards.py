@@ -43,6 +43,8 @@ def _parsed(*argv: str) -> argparse.Namespace:
     (("--image-size", "-5"), "--image-size -5: must be >= 1"),
     (("--image-size", "16"), "--image-size 16: Keras' models need at least 32 px"),
     (("--threads", "0"), "--threads 0: must be >= 1"),
+    (("--bn-momentum", "1"), "--bn-momentum 1.0: expected a number from 0 to below 1"),
+    (("--bn-momentum", "nan"), "--bn-momentum nan: expected a number from 0 to below 1"),
     (("--seed", "-1"), "--seed -1: must be in [0, 4294967295]"),
     (("--seed", str(2**32)), "--seed 4294967296: must be in [0, 4294967295]"),
 ])
@@ -53,7 +55,7 @@ def test_numeric_train_option_out_of_range_is_refused(argv, message):
 
 
 def test_in_range_train_options_pass():
-    check_options(_parsed("--validation-steps", "1", "--warmup-steps", "0",
+    check_options(_parsed("--validation-steps", "1", "--warmup-steps", "0", "--bn-momentum", "0",
                           "--lr-warmup-epochs", "0", "--seed", str(2**32 - 1)))
 
 

@@ -96,11 +96,15 @@ def train_op(
     hparams_json: str,
     metrics: Output[Metrics],
     threads: int = 0,
+    lr_schedule: str = "plateau",
+    bn_momentum: float = 0.99,
+    flip: bool = True,
 ) -> NamedTuple("TrainOutputs", [("model_path", str), ("summary", str)]):  # noqa: UP014
     """Horovod training as an MPIJob (or horovodrun locally); logs throughput and val AUROC.
     slots_per_worker 0: one rank per GPU; cpu/memory_per_worker "": a share per GPU (per rank
     without GPUs); threads: TensorFlow threads per worker on hosts without a GPU (0: cores /
-    ranks on the host)."""
+    ranks on the host); lr_schedule, bn_momentum: chexflow train's --lr-schedule and
+    --bn-momentum; flip false: its --no-flip."""
     import json
     from collections import namedtuple
 
@@ -114,12 +118,14 @@ def train_op(
         model=model, epochs=epochs, batch_size=batch_size, lr=lr, image_size=image_size,
         weights=weights, steps_per_epoch=steps_per_epoch or None,  # 0: the worker's default
         validation_steps=validation_steps or None, synthetic_data=synthetic_data, seed=seed,
-        threads=threads or None,
+        threads=threads or None, lr_schedule=lr_schedule, bn_momentum=bn_momentum,
+        no_flip=not flip,
     ), hparams_json)
     m = train_step(data_dir, workers, options, job_target)
     for key in ("workers", "processes", "batch_size_per_worker", "global_batch_size",
                 "images_per_sec", "images_per_sec_std", "jitter", "step_time_ms", "val_auroc",
-                "val_loss", "wall_seconds", "job_wall_seconds", "lr"):
+                "val_loss", "wall_seconds", "job_wall_seconds", "lr", "startup_seconds",
+                "first_step_seconds"):
         value = m.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             metrics.log_metric(key, float(value))

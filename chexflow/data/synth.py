@@ -2,7 +2,9 @@
 
 Each class owns one cell of a 4x4 grid over the image; a positive label draws a bright disc
 in that cell (jittered), on a chest-like background with noise. A correct model can therefore
-reach a high AUROC, and a model trained on shuffled labels cannot. Label prevalences follow
+reach a high AUROC, and a model trained on shuffled labels cannot. The background is mirror-
+symmetric, so a horizontal flip moves a disc into another class's cell: train on these images
+without flip augmentation. Label prevalences follow
 NIH's published counts (floored at `min_prevalence` so small datasets have positives for every
 class); patients have several follow-ups.
 """

@@ -104,6 +104,27 @@ class Throughput(keras.callbacks.Callback):
         return summarize(ranks).as_dict()
 
 
+class CosineDecay(keras.callbacks.Callback):
+    """From `lr` after `warmup_steps` (Horovod's warm-up callback sets it before) down along a
+    half cosine towards 0 at step `total_steps`; a function of the step alone, so a resumed run
+    continues the same curve."""
+
+    def __init__(self, lr: float, warmup_steps: int, total_steps: int):
+        super().__init__()
+        self.lr, self.warmup, self.total = lr, warmup_steps, total_steps
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = self.epoch * self.params["steps"] + batch
+        if step >= self.warmup:
+            done = (step - self.warmup) / max(1, self.total - self.warmup)
+            keras.backend.set_value(self.model.optimizer.learning_rate,
+                                    self.lr * 0.5 * (1 + math.cos(math.pi * done)))
+
+
 class RunState(keras.callbacks.Callback):
     """Rank 0 only: after each epoch, a tf.train.Checkpoint (model + optimizer, in
     checkpoints/), the best model by validation loss (best_model.keras) and state.json."""

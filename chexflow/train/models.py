@@ -3,8 +3,8 @@
 The model takes raw greyscale pixels (H, W, 1) in 0..255 and does its own preprocessing:
 greyscale -> 3 channels, then the ImageNet normalisation of its family as Keras defines it
 (DenseNet: "torch" mode, /255 then ImageNet mean/std; ResNet-50: "caffe" mode, BGR minus the
-ImageNet mean pixel), then a random horizontal flip while training. A saved model therefore
-needs no outside knowledge to predict.
+ImageNet mean pixel), then (unless left out) a random horizontal flip while training. A saved
+model therefore needs no outside knowledge to predict.
 """
 
 from __future__ import annotations
@@ -51,9 +51,12 @@ def _backbone(name: str, image_size: int, weights: str | None) -> keras.Model:
 
 
 def build_model(
-    name: str, image_size: int, num_classes: int, weights: str = "none", seed: int = 0
+    name: str, image_size: int, num_classes: int, weights: str = "none", seed: int = 0,
+    bn_momentum: float = 0.99, flip: bool = True,
 ) -> keras.Model:
-    """The classifier; `weights` is none, imagenet, a Keras .h5 backbone file or a .keras model."""
+    """The classifier; `weights` is none, imagenet, a Keras .h5 backbone file or a .keras model.
+    `bn_momentum`: of every BatchNormalization layer's moving averages (Keras' default 0.99);
+    `flip`: a random horizontal flip while training (CheXNet's augmentation)."""
     if name not in FAMILY:
         raise WeightsError(f"--model {name!r}: expected one of {', '.join(FAMILY)}")
     backbone_weights = None
@@ -76,12 +79,16 @@ def build_model(
         ) from e
     inputs = keras.Input((image_size, image_size, 1), name="image")
     x = ImageNetPreprocess(FAMILY[name], name="imagenet_preprocess")(inputs)
-    x = keras.layers.RandomFlip("horizontal", seed=seed, name="random_flip")(x)
+    if flip:
+        x = keras.layers.RandomFlip("horizontal", seed=seed, name="random_flip")(x)
     x = base(x)
     outputs = keras.layers.Dense(num_classes, activation="sigmoid", dtype="float32", name="probs")(
         x
     )
     model = keras.Model(inputs, outputs, name=f"chexflow_{name}")
+    for layer in base.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = bn_momentum
     if backbone_weights is None and weights not in ("none", "", None):
         _load_full_model_weights(model, Path(weights))
     return model

@@ -15,6 +15,7 @@ from chexflow.errors import ChexflowError
 
 MODELS = ("densenet121", "resnet50")
 OPTIMIZERS = ("adam", "sgd")
+LR_SCHEDULES = ("plateau", "cosine")
 CONTROLLERS = ("gloo", "mpi")
 WORKER_MODULE = "chexflow.train.worker"
 
@@ -36,6 +37,15 @@ class TrainOptions:
         "learning rate for one worker (scaled by workers)"))
     optimizer: str = field(default="adam", metadata=_opt(
         "adam (CheXNet: beta 0.9/0.999) or sgd (momentum 0.9, Nesterov)", choices=OPTIMIZERS))
+    lr_schedule: str = field(default="plateau", metadata=_opt(
+        "plateau: lr / 10 whenever val_loss stops improving (CheXNet); cosine: after the warm-up, "
+        "from lr x workers down to 0 at the last step", choices=LR_SCHEDULES))
+    bn_momentum: float = field(default=0.99, metadata=_opt(
+        "momentum of the BatchNormalization moving averages used at inference (Keras' 0.99 "
+        "forgets its start value in some hundred steps; 0.9 in some dozen, for short runs)"))
+    no_flip: bool = field(default=False, metadata=_opt(
+        "train without the random horizontal flip (for data whose left and right differ in "
+        "meaning, as in chexflow's generated data, where each class owns a cell of a grid)"))
     weight_decay: float = field(default=0.0, metadata=_opt(
         "decoupled weight decay of the optimizer (0: none, as in CheXNet)"))
     image_size: int = field(default=224, metadata=_opt("must match the manifest"))

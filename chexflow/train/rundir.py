@@ -50,6 +50,8 @@ def check_options(args: argparse.Namespace) -> None:
                 hint=" (leave it out to validate on the whole split)")
     check_range("--lr", args.lr, 0, above=True)
     check_range("--weight-decay", args.weight_decay, 0)
+    if not 0 <= args.bn_momentum < 1:
+        raise RunError(f"--bn-momentum {args.bn_momentum}: expected a number from 0 to below 1")
     check_range("--warmup-steps", args.warmup_steps, 0)
     check_range("--lr-warmup-epochs", args.lr_warmup_epochs, 0)
     check_range("--seed", args.seed, 0, MAX_SEED)
