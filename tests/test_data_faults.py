@@ -233,6 +233,8 @@ PREPROCESS_OPTIONS = [
     (("--seed", -1), "--seed -1: expected a whole number from 0"),
     (("--split", "70/0/30"), "--split '70/0/30': expected three positive numbers"),
     (("--split", "nan/10/20"), "--split 'nan/10/20': expected three positive numbers"),
+    (("--split", "70/10/30"), "--split '70/10/30': the parts add up to 110; expected percentages"),
+    (("--split", "0.7/0.1/0.1"), "--split '0.7/0.1/0.1': the parts add up to 0.9; expected"),
 ]
 SYNTH_OPTIONS = [
     (("--images", 0), "--images 0: expected a whole number from 1"),
