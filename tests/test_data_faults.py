@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import shutil
 import struct
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
+from chexflow.data.pixels import load_greyscale
 from tests.conftest import run_chexflow
 
 
@@ -270,3 +274,36 @@ def test_synth_refuses_to_replace_a_dataset(synth40, tmp_path):
     one_line_error(proc, f"--out {ds}: already holds 'Data_Entry_2017.csv'")
     assert (ds / "Data_Entry_2017.csv").read_bytes() == before
     assert len(list((ds / "images").iterdir())) == 40
+
+
+# --- 16-bit images: scaled by their bit depth, not as if every one spanned 16 bits ---
+
+
+def _png16(path: Path, values: np.ndarray, sbit: int | None = None) -> Path:
+    """A 16-bit greyscale PNG of `values`, with an sBIT chunk (after IHDR) when `sbit` is given."""
+    buf = io.BytesIO()
+    Image.fromarray(values.astype(np.uint16)).save(buf, format="PNG")
+    data = buf.getvalue()
+    if sbit is not None:
+        at = 8 + 8 + 13 + 4  # signature, IHDR length/type, IHDR data, CRC
+        body = b"sBIT" + bytes([sbit])
+        data = data[:at] + struct.pack(">I", 1) + body + struct.pack(
+            ">I", zlib.crc32(body)) + data[at:]
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(("top", "sbit", "bits"), [
+    (4046, None, 12),   # a DICOM-derived 12-bit image (max below 4096): 4095 is white
+    (1000, 10, 10),     # the PNG says 10 significant bits: 1023 is white
+    (65535, None, 16),  # values over 4095: a full 16-bit image
+])
+def test_wide_png_is_scaled_by_its_bit_depth(tmp_path, top, sbit, bits):
+    values = np.linspace(0, top, 32 * 32).reshape(32, 32)
+    path = _png16(tmp_path / "x.png", values, sbit)
+    pixels, _, mode = load_greyscale(path, 32)
+    assert mode.endswith(f"({bits}-bit)"), mode
+    white = (1 << bits) - 1
+    assert pixels.max() == round(top * 255 / white)
+    assert len(np.unique(pixels)) > 200  # not sixteen grey levels
+    assert pixels.min() == 0
