@@ -156,6 +156,21 @@ def test_decompression_bomb_and_junk_image_are_rejected_rows_with_readable_reaso
     assert json.loads((out / "manifest.json").read_text())["accepted"] == 38
 
 
+def test_degenerate_image_is_a_rejected_row_not_upscaled(ds, tmp_path):
+    rows = rows_of(ds / "Data_Entry_2017.csv")
+    names = [r[0] for r in rows[1:]]
+    assert rows[1][7:9] == ["32", "32"]  # OriginalImage[Width,Height]
+    Image.new("L", (1, 1), 128).save(ds / "images" / names[0])
+    Image.new("L", (16, 24), 128).save(ds / "images" / names[1])  # resized: kept
+    out = tmp_path / "out"
+    preprocess(ds, out)
+    (row,) = rejected(out)
+    assert row["image"] == names[0] and row["source_row"] == "2"
+    assert row["reason"] == (f"image is 1x1 px (the CSV says 32x32), below 8 px a side: not a "
+                             f"usable radiograph: {ds / 'images' / names[0]}")
+    assert json.loads((out / "manifest.json").read_text())["accepted"] == 39
+
+
 def test_run_that_accepts_no_row_exits_2_and_writes_nothing(ds, tmp_path):
     path = ds / "Data_Entry_2017.csv"
     rows = rows_of(path)

@@ -25,6 +25,10 @@ class ImageRejected(Exception):
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DICOM_BITS = 12  # the BitsStored of most DICOM radiographs
+# An image with a side below this (preprocess's smallest --image-size) is no radiograph. A size
+# other than the CSV's is otherwise fine: NIH's PNGs are 1024x1024 resizes of DICOMs whose size
+# and aspect OriginalImage[Width,Height] gives, and users may resize images themselves.
+MIN_SIDE = 8
 
 
 def png_significant_bits(data: bytes) -> int | None:
@@ -51,13 +55,16 @@ def wide_bit_depth(pixels: np.ndarray, data: bytes) -> int:
     return DICOM_BITS if pixels.size and int(pixels.max()) < 1 << DICOM_BITS else 16
 
 
-def load_greyscale(path: Path, size: int) -> tuple[np.ndarray, bytes, str | None]:
+def load_greyscale(
+    path: Path, size: int, csv_size: str | None = None
+) -> tuple[np.ndarray, bytes, str | None]:
     """Return (size x size uint8 pixels, the file's bytes, the source mode if it was converted).
 
     RGB(A), palette and 16/32-bit images are converted rather than rejected (16/32-bit ones
     scaled from their bit depth, see wide_bit_depth; the mode returned says which); a missing,
     empty, truncated or non-image file, or one larger than Pillow's decompression-bomb limit
-    (Image.MAX_IMAGE_PIXELS, about 89 megapixels), raises ImageRejected.
+    (Image.MAX_IMAGE_PIXELS, about 89 megapixels), or one with a side below MIN_SIDE (named
+    with `csv_size`, the size the CSV gives, if any), raises ImageRejected.
     """
     try:
         data = path.read_bytes()
@@ -74,6 +81,12 @@ def load_greyscale(path: Path, size: int) -> tuple[np.ndarray, bytes, str | None
         with img:
             img.load()
             mode = img.mode
+            if min(img.size) < MIN_SIDE:
+                said = f" (the CSV says {csv_size})" if csv_size else ""
+                raise ImageRejected(
+                    f"image is {img.width}x{img.height} px{said}, below {MIN_SIDE} px a side: "
+                    f"not a usable radiograph: {path}"
+                )
             if mode in ("I;16", "I;16B", "I;16L", "I"):
                 wide = np.asarray(img, dtype=np.int64).clip(0, 65535)
                 bits = wide_bit_depth(wide, data)
