@@ -16,6 +16,7 @@ from chexflow.data.manifest import Manifest
 from chexflow.envs import trainer_python, with_chexflow_importable
 from chexflow.evaluate.record import ModelMismatch, check_model_fits
 from chexflow.runlock import acquire
+from chexflow.train.rundir import model_info
 from tests.conftest import read_json, run_chexflow
 
 
@@ -223,3 +224,25 @@ def test_model_predicting_nan_is_one_line_and_keeps_the_earlier_evaluation(
     assert _evaluate_over.returncode == 0
     assert read_json(out / "auroc.json")["bootstrap"]["resamples"] == 30
 
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_bare_model_file_carries_its_classes_and_another_order_is_refused(
+        tiny_run, nih32, tmp_path):
+    bare = tmp_path / "copied-alone.keras"  # no run.json beside it
+    shutil.copy(tiny_run / "best_model.keras", bare)
+    classes = read_json(nih32 / "manifest.json")["classes"]
+    assert model_info(bare) == {"classes": classes, "image_size": 32}
+    swapped = Path(shutil.copytree(nih32, tmp_path / "swapped"))
+    manifest = read_json(swapped / "manifest.json")
+    manifest["classes"][0], manifest["classes"][1] = classes[1], classes[0]
+    (swapped / "manifest.json").write_text(json.dumps(manifest))
+    proc = _evaluate(swapped, bare, tmp_path / "ev")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"chexflow evaluate: error: --model {bare} was trained on other classes than the data's "
+        f"(chexflow.json stored in {bare}: class 1 is {classes[0]!r} there and {classes[1]!r} "
+        f"in {swapped}/manifest.json (the same names in another order)); evaluate it on data "
+        f"preprocessed from the same dataset format"]
+    assert not (tmp_path / "ev").exists()
+    _evaluate(nih32, bare, tmp_path / "ev").check_returncode()  # Keras loads it as before
