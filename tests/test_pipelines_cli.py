@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 from chexflow.pipelines.commands import NOT_RUN_OPTIONS, run_parameters
 from chexflow.pipelines.registry import PIPELINES_DIR_ENV, pipeline_parameters, pipelines_dir
@@ -124,15 +126,20 @@ def test_run_out_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path)
     line = _one_line(run_chexflow("run", "--out", blocker / "runs", check=False))
     assert line == (f"chexflow run: error: --out {blocker / 'runs'}: cannot create the run folder "
                     f"there (Not a directory (ENOTDIR)); choose a folder you can write")
-    readonly = tmp_path / "readonly"
-    readonly.mkdir()
-    readonly.chmod(0o555)
-    # as root permission bits do not stop a write: run it as nobody then
-    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
-        if os.geteuid() == 0 else []
-    proc = subprocess.run([*as_user, *CHEXFLOW, "run", "--out", readonly], capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
-    assert _one_line(proc).startswith(
-        f"chexflow run: error: --out {readonly}: cannot create the run folder there "
-        f"(Permission denied (EACCES))"), proc.stderr
-    assert list(readonly.iterdir()) == []
+    # a folder every user can reach (pytest's own tmp folders are private to root)
+    shared = Path(tempfile.mkdtemp(prefix="chexflow-readonly-"))
+    try:
+        shared.chmod(0o755)
+        readonly = shared / "runs"
+        readonly.mkdir(mode=0o555)
+        # as root permission bits do not stop a write: run it as nobody then
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
+            if os.geteuid() == 0 else []
+        proc = subprocess.run([*as_user, *CHEXFLOW, "run", "--out", readonly],
+                              capture_output=True, text=True, timeout=120, cwd=shared)
+        assert _one_line(proc) == (
+            f"chexflow run: error: --out {readonly}: cannot create the run folder there "
+            f"(Permission denied (EACCES)); choose a folder you can write"), proc.stderr
+        assert list(readonly.iterdir()) == []
+    finally:
+        shutil.rmtree(shared)
