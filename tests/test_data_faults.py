@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import shutil
 import struct
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
+from chexflow.data.pixels import load_greyscale
 from tests.conftest import run_chexflow
 
 
@@ -152,6 +156,21 @@ def test_decompression_bomb_and_junk_image_are_rejected_rows_with_readable_reaso
     assert json.loads((out / "manifest.json").read_text())["accepted"] == 38
 
 
+def test_degenerate_image_is_a_rejected_row_not_upscaled(ds, tmp_path):
+    rows = rows_of(ds / "Data_Entry_2017.csv")
+    names = [r[0] for r in rows[1:]]
+    assert rows[1][7:9] == ["32", "32"]  # OriginalImage[Width,Height]
+    Image.new("L", (1, 1), 128).save(ds / "images" / names[0])
+    Image.new("L", (16, 24), 128).save(ds / "images" / names[1])  # resized: kept
+    out = tmp_path / "out"
+    preprocess(ds, out)
+    (row,) = rejected(out)
+    assert row["image"] == names[0] and row["source_row"] == "2"
+    assert row["reason"] == (f"image is 1x1 px (the CSV says 32x32), below 8 px a side: not a "
+                             f"usable radiograph: {ds / 'images' / names[0]}")
+    assert json.loads((out / "manifest.json").read_text())["accepted"] == 39
+
+
 def test_run_that_accepts_no_row_exits_2_and_writes_nothing(ds, tmp_path):
     path = ds / "Data_Entry_2017.csv"
     rows = rows_of(path)
@@ -233,6 +252,8 @@ PREPROCESS_OPTIONS = [
     (("--seed", -1), "--seed -1: expected a whole number from 0"),
     (("--split", "70/0/30"), "--split '70/0/30': expected three positive numbers"),
     (("--split", "nan/10/20"), "--split 'nan/10/20': expected three positive numbers"),
+    (("--split", "70/10/30"), "--split '70/10/30': the parts add up to 110; expected percentages"),
+    (("--split", "0.7/0.1/0.1"), "--split '0.7/0.1/0.1': the parts add up to 0.9; expected"),
 ]
 SYNTH_OPTIONS = [
     (("--images", 0), "--images 0: expected a whole number from 1"),
@@ -268,3 +289,36 @@ def test_synth_refuses_to_replace_a_dataset(synth40, tmp_path):
     one_line_error(proc, f"--out {ds}: already holds 'Data_Entry_2017.csv'")
     assert (ds / "Data_Entry_2017.csv").read_bytes() == before
     assert len(list((ds / "images").iterdir())) == 40
+
+
+# --- 16-bit images: scaled by their bit depth, not as if every one spanned 16 bits ---
+
+
+def _png16(path: Path, values: np.ndarray, sbit: int | None = None) -> Path:
+    """A 16-bit greyscale PNG of `values`, with an sBIT chunk (after IHDR) when `sbit` is given."""
+    buf = io.BytesIO()
+    Image.fromarray(values.astype(np.uint16)).save(buf, format="PNG")
+    data = buf.getvalue()
+    if sbit is not None:
+        at = 8 + 8 + 13 + 4  # signature, IHDR length/type, IHDR data, CRC
+        body = b"sBIT" + bytes([sbit])
+        data = data[:at] + struct.pack(">I", 1) + body + struct.pack(
+            ">I", zlib.crc32(body)) + data[at:]
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(("top", "sbit", "bits"), [
+    (4046, None, 12),   # a DICOM-derived 12-bit image (max below 4096): 4095 is white
+    (1000, 10, 10),     # the PNG says 10 significant bits: 1023 is white
+    (65535, None, 16),  # values over 4095: a full 16-bit image
+])
+def test_wide_png_is_scaled_by_its_bit_depth(tmp_path, top, sbit, bits):
+    values = np.linspace(0, top, 32 * 32).reshape(32, 32)
+    path = _png16(tmp_path / "x.png", values, sbit)
+    pixels, _, mode = load_greyscale(path, 32)
+    assert mode.endswith(f"({bits}-bit)"), mode
+    white = (1 << bits) - 1
+    assert pixels.max() == round(top * 255 / white)
+    assert len(np.unique(pixels)) > 200  # not sixteen grey levels
+    assert pixels.min() == 0

@@ -270,7 +270,7 @@ def test_rgba_and_16_bit_images_are_converted_not_dropped(small, tmp_path):
     assert m["accepted"] == 30 and m["rejected"] == 0
     converted = m["converted_images"]
     assert converted.pop("RGBA") == 1
-    assert list(converted.values()) == [1] and list(converted)[0] in ("I;16", "I")
+    assert list(converted.values()) == [1] and list(converted)[0] in ("I;16 (16-bit)", "I (16-bit)")
 
 
 def test_bad_split_list_naming_unknown_images(small, tmp_path):

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from chexflow.data.manifest import Manifest
+from chexflow.envs import trainer_python, with_chexflow_importable
 from chexflow.evaluate.record import ModelMismatch, check_model_fits
 from chexflow.runlock import acquire
+from chexflow.train.rundir import model_info
 from tests.conftest import read_json, run_chexflow
 
 
@@ -172,3 +175,74 @@ def test_run_record_check_names_order_count_and_older_records(tmp_path):
         "splits": {s: {"shards": []} for s in ("train", "val", "test")}}))
     with pytest.raises(ModelMismatch, match="class 1 is 'x' there and 'a' in"):
         check_model_fits(_record(tmp_path / "older", data=str(older)), data)
+
+
+NAN_MODEL = """
+import sys
+import numpy as np
+from chexflow.train.models import load_model
+model = load_model(sys.argv[1])
+weights, bias = model.get_layer("probs").get_weights()
+model.get_layer("probs").set_weights([weights * np.nan, bias])
+model.save(sys.argv[2])
+"""
+
+
+def _nan_model(run: Path, folder: Path) -> Path:
+    """A copy of the run's model whose output layer has NaN weights (a diverged model)."""
+    folder.mkdir()
+    path = folder / "best_model.keras"
+    subprocess.run([str(trainer_python()), "-c", NAN_MODEL, str(run / "best_model.keras"),
+                    str(path)], check=True, capture_output=True, timeout=300,
+                   env={**with_chexflow_importable(os.environ), "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return path
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_model_predicting_nan_is_one_line_and_keeps_the_earlier_evaluation(
+        tiny_run, nih32, tmp_path):
+    out = tmp_path / "ev"
+    _evaluate(nih32, tiny_run, out).check_returncode()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert set(before) == {"auroc.json", "roc.png", "report.html", "predictions.npz"}
+    nan = _nan_model(tiny_run, tmp_path / "nan")
+    proc = run_chexflow("evaluate", "--data", nih32, "--model", nan, "--out", out,
+                        "--bootstrap", 20, "--overwrite", check=False)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    test_images = read_json(nih32 / "manifest.json")["splits"]["test"]["images"]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1:] == [  # after the progress bar
+        f"chexflow evaluate: error: --model {nan}: predicts NaN or infinite probabilities for "
+        f"{test_images} of {test_images} images of the test split (its training diverged); no "
+        f"AUROC computed, --out left as it was"]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ev", "nan"]  # no staging folder
+    # and a good model replaces the evaluation whole
+    _evaluate_over = run_chexflow("evaluate", "--data", nih32, "--model", tiny_run, "--out", out,
+                                  "--bootstrap", 30, "--overwrite")
+    assert _evaluate_over.returncode == 0
+    assert read_json(out / "auroc.json")["bootstrap"]["resamples"] == 30
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_bare_model_file_carries_its_classes_and_another_order_is_refused(
+        tiny_run, nih32, tmp_path):
+    bare = tmp_path / "copied-alone.keras"  # no run.json beside it
+    shutil.copy(tiny_run / "best_model.keras", bare)
+    classes = read_json(nih32 / "manifest.json")["classes"]
+    assert model_info(bare) == {"classes": classes, "image_size": 32}
+    swapped = Path(shutil.copytree(nih32, tmp_path / "swapped"))
+    manifest = read_json(swapped / "manifest.json")
+    manifest["classes"][0], manifest["classes"][1] = classes[1], classes[0]
+    (swapped / "manifest.json").write_text(json.dumps(manifest))
+    proc = _evaluate(swapped, bare, tmp_path / "ev")
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"chexflow evaluate: error: --model {bare} was trained on other classes than the data's "
+        f"(chexflow.json stored in {bare}: class 1 is {classes[0]!r} there and {classes[1]!r} "
+        f"in {swapped}/manifest.json (the same names in another order)); evaluate it on data "
+        f"preprocessed from the same dataset format"]
+    assert not (tmp_path / "ev").exists()
+    _evaluate(nih32, bare, tmp_path / "ev").check_returncode()  # Keras loads it as before

@@ -4,11 +4,15 @@ signature and the local run's settings give them, and options a pipeline lacks a
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 from chexflow.pipelines.commands import NOT_RUN_OPTIONS, run_parameters
 from chexflow.pipelines.registry import PIPELINES_DIR_ENV, pipeline_parameters, pipelines_dir
-from tests.conftest import run_chexflow
+from tests.conftest import CHEXFLOW, run_chexflow
 
 
 def test_every_pipeline_parameter_is_a_run_option_with_its_type():
@@ -92,3 +96,50 @@ def test_the_run_arguments_keep_the_pvc_only_for_jobs_on_kubernetes(tmp_path):
                              {"backend": "kubernetes", "data_pvc": "d", "namespace": "team"})
     assert (k8s["backend"], k8s["data_pvc"], k8s["namespace"]) == ("kubernetes", "d", "team")
     assert k8s["work_root"] == str(tmp_path / "w") and k8s["raw_dir"] == str(tmp_path)
+
+
+def _one_line(proc) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    return line
+
+
+def test_param_of_unknown_name_or_wrong_type_is_one_line_and_starts_nothing(tmp_path):
+    out = tmp_path / "runs"
+    for param, expected in [
+        ("epoch=3", "--param epoch: not a parameter of chexnet-train (its parameters: "),
+        ("epochs=three", "--param epochs=three: expected a JSON int for this parameter of "
+                         "chexnet-train"),
+        ("lr=[1]", "--param lr=[1]: expected a JSON float"),
+        ("gang_scheduling=1", "--param gang_scheduling=1: expected a JSON bool"),
+        ("tolerations={}", "--param tolerations={}: expected a JSON list"),
+    ]:
+        line = _one_line(run_chexflow("run", "chexnet-train", "--out", out, "--param", param,
+                                      check=False))
+        assert line.startswith(f"chexflow run: error: {expected}"), line
+        assert not out.exists(), "no run folder for a refused run"
+
+
+def test_run_out_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    line = _one_line(run_chexflow("run", "--out", blocker / "runs", check=False))
+    assert line == (f"chexflow run: error: --out {blocker / 'runs'}: cannot create the run folder "
+                    f"there (Not a directory (ENOTDIR)); choose a folder you can write")
+    # a folder every user can reach (pytest's own tmp folders are private to root)
+    shared = Path(tempfile.mkdtemp(prefix="chexflow-readonly-"))
+    try:
+        shared.chmod(0o755)
+        readonly = shared / "runs"
+        readonly.mkdir(mode=0o555)
+        # as root permission bits do not stop a write: run it as nobody then
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
+            if os.geteuid() == 0 else []
+        proc = subprocess.run([*as_user, *CHEXFLOW, "run", "--out", readonly],
+                              capture_output=True, text=True, timeout=120, cwd=shared)
+        assert _one_line(proc) == (
+            f"chexflow run: error: --out {readonly}: cannot create the run folder there "
+            f"(Permission denied (EACCES)); choose a folder you can write"), proc.stderr
+        assert list(readonly.iterdir()) == []
+    finally:
+        shutil.rmtree(shared)

@@ -5,6 +5,7 @@ line, one run per --out folder (a lock naming its holder), no worker outliving a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 from chexflow.errors import ChexflowError
 from chexflow.train.launch import HorovodrunLog, failure_reason
 from chexflow.train.options import add_train_arguments
-from chexflow.train.rundir import check_options
+from chexflow.train.rundir import RUN_FILE, check_options, check_out, run_identity
 from tests.conftest import CHEXFLOW, run_chexflow
 from tests.test_train import _descendants, _is_worker
 
@@ -175,3 +176,50 @@ def test_second_train_refused_and_killing_the_launcher_leaves_no_worker(tmp_path
         for pid in [first.pid, *tree]:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- a diverged run
+
+
+@pytest.mark.trainer
+def test_diverged_training_fails_in_one_line_and_saves_no_model(tmp_path):
+    out = tmp_path / "run"
+    proc = run_chexflow("train", *SYNTHETIC, "--epochs", "2", "--steps-per-epoch", "3",
+                        "--validation-steps", "1", "--warmup-steps", "0", "--lr", "1e9",
+                        "--out", out, check=False)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("chexflow train: error: training diverged: epoch 1's "), line
+    assert line.endswith(" is nan; stopped without saving that epoch (best_model.keras, if there "
+                         "is one, is from an earlier epoch); try a lower --lr than 1e+09"), line
+    assert not (out / "best_model.keras").exists()
+    assert not (out / "metrics.json").exists()
+
+
+# ---------------------------------------------------------------- resuming on another split
+
+
+def test_resume_on_data_preprocessed_again_with_another_split_is_refused(tmp_path):
+    raw, data, out = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
+    run_chexflow("data", "synth", "--out", raw, "--images", 40, "--size", 32)
+
+    def preprocess(seed: int, *extra) -> None:
+        run_chexflow("preprocess", "--csv", raw / "Data_Entry_2017.csv", "--images",
+                     raw / "images", "--out", data, "--image-size", 32, "--workers", 1,
+                     "--seed", seed, *extra)
+
+    preprocess(0)
+    args = _parsed("--data", str(data), "--image-size", "32")
+    args.synthetic_data, args.out = False, str(out)
+    out.mkdir()
+    (out / RUN_FILE).write_text(json.dumps(run_identity(args)))  # as rank 0 writes it
+    assert check_out(args) is not None  # the same data: resumed
+    preprocess(0, "--overwrite")  # preprocessed again, the same split: still resumed
+    assert check_out(args) is not None
+    preprocess(1, "--overwrite")
+    with pytest.raises(ChexflowError) as refused:
+        check_out(args)
+    assert str(refused.value) == (
+        f"--out {out}: was trained on another split of --data {data} (its splits.csv has "
+        f"changed since: preprocessed again?); resuming would mix its train and validation "
+        f"patients; use a new --out")

@@ -9,6 +9,8 @@ from the manifest.
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import json
 import os
 import struct
@@ -82,6 +84,20 @@ def load_manifest(data_dir: Path, image_size: int | None = None) -> Manifest:
         ]
         counts[split] = dict(entry.get("labels", {}))
     return Manifest(Path(data_dir), tuple(raw["classes"]), size, splits, counts)
+
+
+def split_identity(data_dir: Path) -> str | None:
+    """A digest of which image of which patient DATA puts in which split (from its splits.csv,
+    whatever the rows' order): data preprocessed again with another split gets another one.
+    None when there is no readable splits.csv (data from an older chexflow)."""
+    path = Path(data_dir) / "splits.csv"
+    try:
+        with open(path, newline="") as f:
+            rows = sorted(f"{r['split']},{r['patient_id']},{r['image_index']}"
+                          for r in csv.DictReader(f))
+    except (OSError, KeyError, UnicodeError, csv.Error):
+        return None
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
 def count_records(path: Path) -> int:

@@ -101,7 +101,8 @@ def read_nih(csv_path: Path, images_dir: Path) -> tuple[list[Record], list[Rejec
                 labels=vector,
                 mask=[1.0] * len(PATHOLOGIES),
                 source_row=line,
-                extra={"view": row[6], "gender": row[5], "age": age},
+                extra={"view": row[6], "gender": row[5], "age": age,
+                       "original_size": f"{row[7].strip()}x{row[8].strip()}"},
             )
         )
     if not records and not rejections:

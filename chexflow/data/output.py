@@ -1,4 +1,5 @@
-"""Output folders of `chexflow preprocess` and `chexflow data synth`: staged, then swapped in.
+"""Output folders of `chexflow preprocess`, `chexflow data synth` and `chexflow evaluate`: staged,
+then swapped in.
 
 A run holds --out's lock (chexflow.runlock; the lock file goes when the run ends) and writes
 everything into a staging folder beside it, `.OUT.chexflow-staging` (same filesystem, so moving

@@ -16,7 +16,7 @@ NIH_LIST_FILES = ("train_val_list.txt", "test_list.txt")
 
 
 def parse_fractions(text: str) -> tuple[float, float, float]:
-    """'70/10/20' -> (0.7, 0.1, 0.2)."""
+    """'70/10/20' or '0.7/0.1/0.2' -> (0.7, 0.1, 0.2); the parts must add up to 100 or 1."""
     try:
         parts = [float(p) for p in text.split("/")]
     except ValueError:
@@ -27,6 +27,11 @@ def parse_fractions(text: str) -> tuple[float, float, float]:
             f"(every split needs images: train, val and test)"
         )
     total = sum(parts)
+    if not any(math.isclose(total, whole, rel_tol=1e-6) for whole in (100, 1)):
+        raise DataError(
+            f"--split {text!r}: the parts add up to {total:g}; expected percentages that add "
+            f"up to 100 (like 70/10/20) or fractions that add up to 1 (like 0.7/0.1/0.2)"
+        )
     return parts[0] / total, parts[1] / total, parts[2] / total
 
 

@@ -47,7 +47,9 @@ class ShardResult:
 def decode(record: Record, size: int) -> Decoded:
     """Worker function: load one image as size x size 8-bit greyscale."""
     try:
-        pixels, data, converted = load_greyscale(record.path, size)
+        pixels, data, converted = load_greyscale(
+            record.path, size, record.extra.get("original_size")
+        )
     except ImageRejected as e:
         return Decoded(rejected=str(e))
     return Decoded(pixels.tobytes(), pixels.shape[0], pixels.shape[1],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from chexflow.data.manifest import DatasetError, Manifest, load_manifest
 from chexflow.errors import ChexflowError
-from chexflow.train.rundir import RUN_FILE
+from chexflow.train.rundir import MODEL_INFO, RUN_FILE, model_info
 
 
 class ModelMismatch(ChexflowError, ValueError):
@@ -40,18 +40,31 @@ def trained_classes(record: dict) -> list[str] | None:
     return None
 
 
+def model_file(model: Path) -> Path:
+    """The .keras file of --model (a file, or a run folder holding best_model.keras)."""
+    model = Path(model)
+    return model / "best_model.keras" if model.is_dir() else model
+
+
 def check_model_fits(model: Path, manifest: Manifest) -> None:
-    """Refuse, in one line, a model whose run record names another image size or other classes
-    than DATA/manifest.json (a model without a run record is checked by shape only)."""
+    """Refuse, in one line, a model whose run record (or, for a model file without one, the
+    classes and image size stored in the file: MODEL_INFO) names another image size or other
+    classes, or the same in another order, than DATA/manifest.json. A model with neither, from
+    an older chexflow, is checked by shape only. The classes are not remapped: a model is
+    evaluated in the order it was trained in, on data preprocessed in that order."""
     found = run_record(model)
-    if found is None:
-        return
-    path, record = found
+    if found is not None:
+        source, record = f"run record {found[0]}", found[1]
+    else:
+        record = model_info(model_file(model))
+        if record is None:
+            return
+        source = f"{MODEL_INFO} stored in {model_file(model)}"
     data = f"{manifest.root}/manifest.json"
     size = record.get("image_size")
     if size is not None and size != manifest.image_size:
         raise ModelMismatch(
-            f"--model {model} takes {size} px images (run record {path}); {data} has "
+            f"--model {model} takes {size} px images ({source}); {data} has "
             f"{manifest.image_size} px images: preprocess with --image-size {size}"
         )
     classes = trained_classes(record)
@@ -65,6 +78,7 @@ def check_model_fits(model: Path, manifest: Manifest) -> None:
         order = " (the same names in another order)" if sorted(classes) == sorted(theirs) else ""
         detail = f"class {i + 1} is {classes[i]!r} there and {theirs[i]!r} in {data}{order}"
     raise ModelMismatch(
-        f"--model {model} was trained on other classes than the data's (run record {path}: "
+        f"--model {model} was trained on other classes than the data's ({source}: "
         f"{detail}); evaluate it on data preprocessed from the same dataset format"
     )
+

@@ -1,4 +1,8 @@
-"""The evaluate step: predict a split, AUROC + bootstrap CI, ROC PNG, report.html, npz."""
+"""The evaluate step: predict a split, AUROC + bootstrap CI, ROC PNG, report.html, npz.
+
+The outputs are written into a staging folder and swapped into --out only when all of them are
+(chexflow.data.output.StagedOutput, as preprocess does): a failed evaluation, e.g. of a model
+that predicts NaN, leaves an earlier evaluation in --out as it was."""
 
 from __future__ import annotations
 
@@ -9,12 +13,12 @@ import numpy as np
 
 from chexflow.auroc import auroc_summary
 from chexflow.data.manifest import Manifest, load_manifest, verify_shards
+from chexflow.data.output import StagedOutput
 from chexflow.errors import ChexflowError
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.record import check_model_fits
 from chexflow.evaluate.report import write_report
 from chexflow.limits import MAX_SEED, check_range
-from chexflow.runlock import locked_folder
 
 OUTPUTS = ("auroc.json", "roc.png", "report.html", "predictions.npz")
 
@@ -23,15 +27,27 @@ class EvaluateError(ChexflowError, ValueError):
     """Bad evaluate options."""
 
 
-def _prepare_out(out: Path, overwrite: bool) -> None:
+def _previous_outputs(out: Path, overwrite: bool) -> list[str]:
+    """The files of an earlier evaluation in OUT that this one replaces (with --overwrite)."""
     if out.exists() and not out.is_dir():
         raise EvaluateError(f"--out {out}: exists and is not a folder")
-    out.mkdir(parents=True, exist_ok=True)
     existing = [n for n in OUTPUTS if (out / n).exists()]
     if existing and not overwrite:
         raise EvaluateError(
             f"--out {out}: already holds {', '.join(existing)}; pass --overwrite to replace "
             f"them or choose another folder"
+        )
+    return existing
+
+
+def check_finite(probs: np.ndarray, model: Path, split: str) -> None:
+    """Refuse the predictions of a model that outputs NaN or infinity (a diverged model)."""
+    bad = ~np.isfinite(probs).all(axis=-1) if probs.size else np.zeros(0, bool)
+    if bad.any():
+        raise EvaluateError(
+            f"--model {model}: predicts NaN or infinite probabilities for {int(bad.sum())} of "
+            f"{len(bad)} images of the {split} split (its training diverged); no AUROC computed, "
+            f"--out left as it was"
         )
 
 
@@ -45,17 +61,21 @@ def evaluate(
     manifest = load_manifest(data)
     verify_shards(manifest, split)
     check_model_fits(model, manifest)
-    with locked_folder(Path(out), "evaluate"):
-        return _evaluate(manifest, data, model, split, Path(out), bootstrap, batch_size, seed,
-                         overwrite)
+    out = Path(out)
+    _previous_outputs(out, overwrite)
+    with StagedOutput(out, "evaluate") as stage:
+        replaces = _previous_outputs(out, overwrite)  # again, now that OUT is locked
+        summary = _evaluate(manifest, data, model, split, stage.dir, bootstrap, batch_size, seed)
+        stage.commit(replaces)
+    return summary
 
 
 def _evaluate(manifest: Manifest, data: Path, model: Path, split: str, out: Path,
-              bootstrap: int, batch_size: int, seed: int, overwrite: bool) -> dict:
-    _prepare_out(out, overwrite)
+              bootstrap: int, batch_size: int, seed: int) -> dict:
     from chexflow.evaluate.predict import predict_split
 
     pred = predict_split(model, manifest, split, batch_size)
+    check_finite(pred["probs"], model, split)
     np.savez_compressed(
         out / "predictions.npz", classes=np.array(manifest.classes), **pred
     )

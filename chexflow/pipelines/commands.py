@@ -123,12 +123,53 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_submit)
 
 
-def parse_params(items: list[str]) -> dict:
+# What a --param value parsed as JSON must be, for each annotation a pipeline parameter has
+PARAM_TYPES = {"int": (int,), "float": (int, float), "bool": (bool,), "list": (list,),
+               "dict": (dict,)}
+
+
+def check_params(pipeline: str, items: list[str], params: dict) -> dict:
+    """--param NAME=VALUE checked against the pipeline's signature: a known name and a value of
+    the annotated type (JSON; a str parameter takes VALUE as it is)."""
+    checked = {}
+    for key, raw in raw_params(items).items():
+        if key not in params:
+            raise ChexflowError(
+                f"--param {key}: not a parameter of {pipeline} (its parameters: "
+                f"{', '.join(params)})"
+            )
+        typ = params[key].type
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if typ == "str":
+            checked[key] = value if isinstance(value, str) else raw
+            continue
+        allowed = PARAM_TYPES.get(typ, (object,))
+        if not isinstance(value, allowed) or (typ != "bool" and isinstance(value, bool)):
+            raise ChexflowError(
+                f"--param {key}={raw}: expected a JSON {typ} for this parameter of {pipeline}"
+            )
+        checked[key] = float(value) if typ == "float" else value
+    return checked
+
+
+def raw_params(items: list[str]) -> dict[str, str]:
+    """--param NAME=VALUE items as {NAME: VALUE}."""
     params = {}
     for item in items:
         if "=" not in item:
             raise ChexflowError(f"--param {item!r}: expected NAME=VALUE")
         key, value = item.split("=", 1)
+        params[key] = value
+    return params
+
+
+def parse_params(items: list[str]) -> dict:
+    """--param NAME=JSON items, each value parsed as JSON, else kept as a string."""
+    params = {}
+    for key, value in raw_params(items).items():
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -160,7 +201,7 @@ def run_run(args: argparse.Namespace) -> int:
         overrides["katib_spec"] = str(Path(overrides["katib_spec"]).resolve())
     if any(w < 1 for w in overrides.get("worker_counts", [1])):
         raise ChexflowError(f"--worker-counts {overrides['worker_counts']}: each must be >= 1")
-    overrides.update(parse_params(args.param))
+    overrides.update(check_params(args.pipeline, args.param, params))
     from chexflow.pipelines.local_run import LOCAL_DEFAULTS
 
     missing = [p for p in params.values() if p.required and p.name not in NOT_RUN_OPTIONS

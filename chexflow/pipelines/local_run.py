@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from chexflow.data import faults
 from chexflow.errors import ChexflowError
 from chexflow.evaluate.report import SYNTH_MARKER, data_provenance
 from chexflow.pathologies import CHEXNET_MEAN_AUROC
@@ -207,15 +208,21 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
         raise ChexflowError(f"pipeline {name!r}: expected one of {', '.join(pipeline_names())}")
     backend = {**LOCAL_DEFAULTS[name], **overrides}["backend"]
     out, mount_path = shared_folder(backend, pvc_host_path, out, data)
-    out.mkdir(parents=True, exist_ok=True)
+    if data is not None and not data.exists():
+        raise ChexflowError(f"--data {data}: no such folder")
     run_dir = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir.mkdir()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir()
+    except OSError as e:
+        raise ChexflowError(
+            f"--out {out}: cannot create the run folder there ({faults.cause(e)}); choose a "
+            f"folder you can write"
+        ) from None
     log_dir = run_dir / "logs"
     image_size = overrides.get("image_size", LOCAL_DEFAULTS[name]["image_size"])
     if data is None:  # the run's seed also draws the generated data
         data = ensure_dataset(out, image_size, log_dir, verbose, overrides.get("seed", 0))
-    elif not data.exists():
-        raise ChexflowError(f"--data {data}: no such folder")
     work_root = run_dir / "work"
     if mount_path:  # the jobs' pods run as the images' user (UID 1000), not as this user
         work_root.mkdir()

@@ -15,7 +15,9 @@ import tensorflow as tf
 from tensorflow import keras
 
 from chexflow.auroc import nanmean, per_class_auroc
+from chexflow.errors import ChexflowError
 from chexflow.train.recipe import masked_bce_numpy
+from chexflow.train.rundir import RUN_FILE, embed_model_info
 from chexflow.train.throughput import RankTiming, summarize
 
 
@@ -58,6 +60,32 @@ class ValidationAUROC(keras.callbacks.Callback):
         logs["val_auroc"] = nanmean(per_class_auroc(labels, probs, masks)) \
             if np.isfinite(probs).all() else float("nan")
         logs["val_images"] = len(labels)
+
+
+class TrainingDiverged(ChexflowError, RuntimeError):
+    """The loss went NaN or infinite: the run stops, and that epoch's model is not kept."""
+
+
+class StopOnDivergence(keras.callbacks.Callback):
+    """Every rank, after the metrics are averaged and before RunState: stop the run with a
+    one-line error when the epoch's loss or val_loss is NaN or infinite (every rank sees the same
+    figures, so all stop together), so a diverged model is never saved as best_model.keras."""
+
+    NAMES = ("loss", "val_loss")
+
+    def __init__(self, lr: float):
+        super().__init__()
+        self.lr = lr
+
+    def on_epoch_end(self, epoch, logs=None):
+        for name in self.NAMES:
+            value = _plain((logs or {}).get(name))
+            if value is not None and not math.isfinite(value):
+                raise TrainingDiverged(
+                    f"training diverged: epoch {epoch + 1}'s {name} is {value}; stopped without "
+                    f"saving that epoch (best_model.keras, if there is one, is from an earlier "
+                    f"epoch); try a lower --lr than {self.lr:g}"
+                )
 
 
 class Throughput(keras.callbacks.Callback):
@@ -127,7 +155,8 @@ class CosineDecay(keras.callbacks.Callback):
 
 class RunState(keras.callbacks.Callback):
     """Rank 0 only: after each epoch, a tf.train.Checkpoint (model + optimizer, in
-    checkpoints/), the best model by validation loss (best_model.keras) and state.json."""
+    checkpoints/), the best model by validation loss (best_model.keras, with its classes and
+    image size stored in it: rundir.MODEL_INFO) and state.json."""
 
     def __init__(self, out: Path, manager: tf.train.CheckpointManager, state: dict, plateau):
         super().__init__()
@@ -146,6 +175,8 @@ class RunState(keras.callbacks.Callback):
             tmp = self.out / "best_model.tmp.keras"
             # the same layers without the (Horovod-wrapped) optimizer: weights + architecture
             keras.Model(self.model.inputs, self.model.outputs, name=self.model.name).save(tmp)
+            record = json.loads((self.out / RUN_FILE).read_text())  # written by rank 0 first
+            embed_model_info(tmp, record["classes"], record["image_size"])  # travel with it
             tmp.replace(self.out / "best_model.keras")
             self.state["best"] = {
                 k: record.get(k) for k in ("epoch", "val_loss", "val_auroc", "loss")

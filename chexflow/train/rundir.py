@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import zipfile
 from pathlib import Path
 
-from chexflow.data.manifest import Manifest, load_manifest, verify_shards
+from chexflow.data.manifest import Manifest, load_manifest, split_identity, verify_shards
 from chexflow.errors import ChexflowError
 from chexflow.limits import MAX_SEED, check_range
 from chexflow.runlock import LOCK_FILE
 from chexflow.train.options import MODELS
 
 RUN_FILE = "run.json"
+# A member of best_model.keras (a zip file; Keras ignores it) with the classes of its outputs,
+# in order, and its image size: they travel with the model when it is copied alone.
+MODEL_INFO = "chexflow.json"
 # run.json fields that must match for a rerun to resume the same run
-RESUME_KEYS = ("model", "image_size", "data", "synthetic_data", "shuffle_labels")
+RESUME_KEYS = ("model", "image_size", "data", "synthetic_data", "shuffle_labels", "data_split")
 
 
 class RunError(ChexflowError, ValueError):
@@ -33,7 +37,24 @@ def run_identity(args: argparse.Namespace) -> dict:
         "data": str(Path(args.data).resolve()) if args.data else None,
         "synthetic_data": bool(args.synthetic_data),
         "shuffle_labels": bool(args.shuffle_labels),
+        # which images are in which split: data preprocessed again in the same folder differs
+        "data_split": split_identity(Path(args.data)) if args.data else None,
     }
+
+
+def embed_model_info(model: Path, classes: list[str], image_size: int) -> None:
+    """Add MODEL_INFO to a .keras file Keras has just written."""
+    with zipfile.ZipFile(model, "a") as zf:
+        zf.writestr(MODEL_INFO, json.dumps({"classes": classes, "image_size": image_size}))
+
+
+def model_info(model: Path) -> dict | None:
+    """The MODEL_INFO stored in a .keras file; None for a file without it (or not a zip)."""
+    try:
+        with zipfile.ZipFile(model) as zf:
+            return json.loads(zf.read(MODEL_INFO))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
 
 
 def check_options(args: argparse.Namespace) -> None:
@@ -97,7 +118,14 @@ def check_out(args: argparse.Namespace) -> dict | None:
         )
     earlier = json.loads(run_file.read_text())
     mine = run_identity(args)
-    diff = [k for k in RESUME_KEYS if earlier.get(k) != mine[k]]
+    # a run recorded before data_split was kept: its data's split is not known
+    diff = [k for k in RESUME_KEYS if earlier.get(k) != mine[k] and k in earlier]
+    if diff == ["data_split"]:
+        raise RunError(
+            f"--out {out}: was trained on another split of --data {args.data} (its splits.csv "
+            f"has changed since: preprocessed again?); resuming would mix its train and "
+            f"validation patients; use a new --out"
+        )
     if diff:
         what = ", ".join(f"{k}: {earlier.get(k)!r} there, {mine[k]!r} now" for k in diff)
         raise RunError(

@@ -280,6 +280,7 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     callbacks += [throughput, hvd.callbacks.MetricAverageCallback(), keras.callbacks.LambdaCallback(
         on_train_batch_begin=lambda batch, logs=None: first_step.setdefault("began", time.time()),
         on_train_batch_end=lambda batch, logs=None: first_step.setdefault("ended", time.time()))]
+    callbacks.append(cb.StopOnDivergence(args.lr))  # before RunState saves the epoch's model
     if size > 1 and args.lr_warmup_epochs > 0:
         callbacks.append(
             hvd.callbacks.LearningRateWarmupCallback(
@@ -394,12 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     except ChexflowError as e:
         message = str(e)
         error_file = os.environ.get(ERROR_FILE_ENV)
-        if error_file:
+        if error_file:  # `chexflow train` prints it: one line, not one per rank and its own
             try:
                 with open(error_file, "x") as f:
                     f.write(message)
             except FileExistsError:
                 pass
+            return 2
         print(f"chexflow train: error: {message}", file=sys.stderr, flush=True)
         return 2
 
