@@ -175,8 +175,8 @@ class RunState(keras.callbacks.Callback):
             tmp = self.out / "best_model.tmp.keras"
             # the same layers without the (Horovod-wrapped) optimizer: weights + architecture
             keras.Model(self.model.inputs, self.model.outputs, name=self.model.name).save(tmp)
-            record = json.loads((self.out / RUN_FILE).read_text())  # written by rank 0 first
-            embed_model_info(tmp, record["classes"], record["image_size"])  # travel with it
+            run = json.loads((self.out / RUN_FILE).read_text())  # written by rank 0 first
+            embed_model_info(tmp, run["classes"], run["image_size"])  # travel with it
             tmp.replace(self.out / "best_model.keras")
             self.state["best"] = {
                 k: record.get(k) for k in ("epoch", "val_loss", "val_auroc", "loss")
