@@ -140,51 +140,99 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
+    """The steps of one rank, in the order of Horovod's examples/tensorflow2 scripts."""
     started = time.time()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.xla:
         _xla_autoclustering()
     import horovod.tensorflow as hvd_tf
-    import horovod.tensorflow.keras as hvd
     import tensorflow as tf
-    from tensorflow import keras
 
-    from chexflow.pathologies import PATHOLOGIES
-    from chexflow.train import callbacks as cb
-    from chexflow.train import data, recipe
-
+    # 1. Horovod: init, one device (GPU) or a share of the cores (CPU) per rank
     _horovod_environment(args, tf)
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
+    hvd_tf.init()
     horovod = _horovod_settings(hvd_tf, args)
-    device = _configure_devices(tf, hvd.local_rank(), hvd.local_size(), args.threads)
+    device = _configure_devices(tf, hvd_tf.local_rank(), hvd_tf.local_size(), args.threads)
     out = Path(args.out)
+    # 2. the run folder (rank 0 holds its lock) and the data's manifest
+    manifest, classes = _open_run(args, out, held, hvd_tf)
+    # 3. the model, its loss and the optimizer wrapped for Horovod
+    model = _compile_model(args, tf, hvd_tf, manifest, classes)
+    # 4. resume from the last checkpoint, then every rank starts from rank 0's variables
+    ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    manager = tf.train.CheckpointManager(ckpt, str(out / "checkpoints"), max_to_keep=2)
+    state = _restore(out, ckpt, hvd_tf)
+    # in place: a few grouped broadcasts; the default traces one per variable (9 of 24 s of
+    # DenseNet-121's start-up on 2 loaded cores)
+    hvd_tf.broadcast_variables(model.variables + model.optimizer.variables, root_rank=0,
+                               inplace=True)
+    initial_epoch = int(state.get("epoch", 0))
+    if hvd_tf.rank() == 0:
+        print(
+            f"train: {args.model} {args.image_size}px, {hvd_tf.size()} workers ({device}, "
+            f"{horovod['controller']} controller), batch "
+            f"{args.batch_size}/worker, lr {args.lr} x {hvd_tf.size()}"
+            + (f"; resumed after epoch {initial_epoch} from {state['restored_from']}"
+               if initial_epoch else ""),
+            flush=True,
+        )
+    # 5. this rank's shard of the input, and the validation set
+    train_ds, validation, steps = _datasets(args, manifest, len(classes), hvd_tf)
+    # 6. callbacks: validation AUROC, throughput, metric averaging, LR schedule, run state
+    callbacks, throughput, first_step = _callbacks(
+        args, out, hvd_tf, manager, state, validation, steps, len(classes))
+    # 7. fit
+    if initial_epoch < args.epochs:
+        _fit(args, tf, model, train_ds, initial_epoch, steps, callbacks, hvd_tf.rank())
+    elif hvd_tf.rank() == 0:
+        print(f"train: {out} already holds {initial_epoch} epochs; nothing to do", flush=True)
+    # 8. images/s of every rank (collective), then rank 0 writes metrics.json
+    summary = throughput.summary()
+    if hvd_tf.rank() == 0:
+        _write_metrics(args, out, state, summary, throughput.epochs, first_step, horovod,
+                       hvd_tf.size(), started)
+    return 0
+
+
+def _open_run(args: argparse.Namespace, out: Path, held: contextlib.ExitStack, hvd_tf):
+    """(manifest or None, classes): rank 0 locks --out, checks it and the data, and records
+    the run (run.json, with the classes evaluate checks); every rank gets the manifest."""
+    from chexflow.pathologies import PATHOLOGIES
 
     def lock_and_check():
         held.enter_context(locked_folder(out, "train rank 0", shared=joins(out)))
-        return check_all(args, size)
+        return check_all(args, hvd_tf.size())
 
     manifest = _collective_check(hvd_tf, lock_and_check)
     manifest = hvd_tf.broadcast_object(manifest, root_rank=0)
     classes = manifest.classes if manifest else PATHOLOGIES
-    if rank == 0:
+    if hvd_tf.rank() == 0:
         (out / "checkpoints").mkdir(parents=True, exist_ok=True)
         record = {**run_identity(args), "classes": list(classes)}  # what evaluate checks
         (out / RUN_FILE).write_text(json.dumps(record, indent=2))
+    return manifest, classes
+
+
+def _compile_model(args: argparse.Namespace, tf, hvd_tf, manifest, classes):
+    """The model (seeded), the masked BCE loss and the optimizer, LR scaled by the workers and
+    wrapped in Horovod's DistributedOptimizer when there is more than one."""
+    import horovod.tensorflow.keras as hvd
+    from tensorflow import keras
+
+    from chexflow.train import recipe
+
     keras.utils.set_random_seed(args.seed)
     if args.amp:
         gpu = bool(tf.config.list_physical_devices("GPU"))
         keras.mixed_precision.set_global_policy("mixed_float16" if gpu else "mixed_bfloat16")
-
-    c = len(classes)
+    size, c = hvd_tf.size(), len(classes)
     model = _build_model(hvd_tf, args, c)
-    scaled_lr = args.lr * size
     weights = (None, None)
     if args.weighted_loss and manifest:
         weights = recipe.class_weights(
             manifest.label_counts["train"], manifest.images("train"), classes
         )
-    optimizer = recipe.optimizer(args.optimizer, scaled_lr, args.weight_decay)
+    optimizer = recipe.optimizer(args.optimizer, args.lr * size, args.weight_decay)
     if size > 1:
         # one rank has nothing to average, and tracing Horovod's per-gradient allreduce took
         # 12 of the 20 s of building ResNet-50's training step. One group: all gradients in one
@@ -202,10 +250,12 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         jit_compile=False,  # --xla: auto-clustering, see XLA_FLAGS
     )
     model.optimizer.build(model.trainable_variables)
+    return model
 
-    # resume: rank 0 reads state.json and the last checkpoint; variables are broadcast
-    ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-    manager = tf.train.CheckpointManager(ckpt, str(out / "checkpoints"), max_to_keep=2)
+
+def _restore(out: Path, ckpt, hvd_tf) -> dict:
+    """The run's state (state.json) after rank 0 restored the checkpoint of the epoch it
+    records ({} for a new run); every rank gets it."""
     state_file = out / "checkpoints" / "state.json"
 
     def restore() -> dict:
@@ -221,40 +271,44 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
         return {**state, "restored_from": str(path)}
 
     state = _collective_check(hvd_tf, restore)
-    state = hvd_tf.broadcast_object(state, root_rank=0)
-    # in place: a few grouped broadcasts; the default traces one per variable (9 of 24 s of
-    # DenseNet-121's start-up on 2 loaded cores)
-    hvd_tf.broadcast_variables(model.variables + model.optimizer.variables, root_rank=0,
-                               inplace=True)
-    initial_epoch = int(state.get("epoch", 0))
-    if rank == 0:
-        print(
-            f"train: {args.model} {args.image_size}px, {size} workers ({device}, "
-            f"{horovod['controller']} controller), batch "
-            f"{args.batch_size}/worker, lr {args.lr} x {size}"
-            + (f"; resumed after epoch {initial_epoch} from {state['restored_from']}"
-               if initial_epoch else ""),
-            flush=True,
-        )
+    return hvd_tf.broadcast_object(state, root_rank=0)
 
-    validation = None  # (dataset, this rank's image count)
+
+def _datasets(args: argparse.Namespace, manifest, c: int, hvd_tf):
+    """(training dataset, validation (dataset, this rank's images) or None, steps per epoch):
+    this rank's shard of the TFRecords, or the same stages on in-memory examples."""
+    from chexflow.train import data
+
+    rank, size = hvd_tf.rank(), hvd_tf.size()
+    validation = None
     if args.synthetic_data:
         # the real input's stages and callbacks (validation included) on in-memory examples
         train_ds = data.synthetic_dataset(args.image_size, c, args.batch_size, args.seed + rank)
         validation = data.synthetic_eval_dataset(args.image_size, c, args.batch_size,
                                                  args.validation_steps or 1,
                                                  args.seed + size + rank)
-        steps = args.steps_per_epoch or 50
-    else:
-        train_ds = data.train_dataset(
-            manifest, args.batch_size, rank, size, args.seed, args.shuffle_labels
-        )
-        steps = args.steps_per_epoch or max(
-            1, manifest.images("train") // (args.batch_size * size)
-        )
-        if manifest.images("val"):
-            validation = data.eval_dataset(manifest, "val", args.batch_size, rank, size)
+        return train_ds, validation, args.steps_per_epoch or 50
+    train_ds = data.train_dataset(
+        manifest, args.batch_size, rank, size, args.seed, args.shuffle_labels
+    )
+    steps = args.steps_per_epoch or max(1, manifest.images("train") // (args.batch_size * size))
+    if manifest.images("val"):
+        validation = data.eval_dataset(manifest, "val", args.batch_size, rank, size)
+    return train_ds, validation, steps
 
+
+def _callbacks(args: argparse.Namespace, out: Path, hvd_tf, manager, state: dict, validation,
+               steps: int, c: int):
+    """(callbacks in order, the throughput meter, the first step's wall-clock times):
+    validation AUROC first, so every later callback sees it."""
+    import horovod.tensorflow.keras as hvd
+    from tensorflow import keras
+
+    from chexflow.train import callbacks as cb
+    from chexflow.train import recipe
+
+    rank, size = hvd_tf.rank(), hvd_tf.size()
+    scaled_lr = args.lr * size
     throughput = cb.Throughput(args.batch_size, args.warmup_steps)
     if rank == 0 and steps <= args.warmup_steps:
         print(
@@ -302,46 +356,53 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
             keras.callbacks.TensorBoard(str(out / "logs"), profile_batch=0),
             cb.KatibLines(),
         ]
+    return callbacks, throughput, first_step
 
-    if initial_epoch < args.epochs:
-        try:
-            model.fit(
-                train_ds, epochs=args.epochs, initial_epoch=initial_epoch,
-                steps_per_epoch=steps, callbacks=callbacks, verbose=2 if rank == 0 else 0,
-            )
-        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            if not _from_input_pipeline(args, e):
-                raise
-            from chexflow.data.manifest import DatasetError
 
-            raise DatasetError(
-                f"--data {args.data}: corrupt TFRecord data while training "
-                f"({type(e).__name__}: {_tf_error_detail(e.message)})"
-            ) from e
-    elif rank == 0:
-        print(f"train: {out} already holds {initial_epoch} epochs; nothing to do", flush=True)
-
-    summary = throughput.summary()
-    if rank == 0:
-        state = json.loads(state_file.read_text()) if state_file.exists() else state
-        metrics = _metrics(args, size, state, summary, throughput.epochs, started)
-        metrics["horovod"] = horovod
-        metrics["started_at"] = started
-        metrics["first_step_began_at"] = first_step.get("began")
-        metrics["first_step_ended_at"] = first_step.get("ended")
-        if "ended" in first_step:  # warm-up, apart from the steady-state images_per_sec
-            metrics["startup_seconds"] = round(first_step["began"] - started, 2)
-            metrics["first_step_seconds"] = round(first_step["ended"] - first_step["began"], 2)
-        cb.write_json(out / "metrics.json", metrics)
-        print(
-            "final " + " ".join(
-                f"{k}={metrics[k]:.6g}" for k in ("val_auroc", "val_loss", "images_per_sec")
-                if isinstance(metrics.get(k), float) and math.isfinite(metrics[k])
-            ),
-            flush=True,
+def _fit(args: argparse.Namespace, tf, model, train_ds, initial_epoch: int, steps: int,
+         callbacks: list, rank: int) -> None:
+    """model.fit; corrupt TFRecords met while training become one line naming --data."""
+    try:
+        model.fit(
+            train_ds, epochs=args.epochs, initial_epoch=initial_epoch,
+            steps_per_epoch=steps, callbacks=callbacks, verbose=2 if rank == 0 else 0,
         )
-        print(f"train: wrote {out / 'metrics.json'} and {out / 'best_model.keras'}", flush=True)
-    return 0
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        if not _from_input_pipeline(args, e):
+            raise
+        from chexflow.data.manifest import DatasetError
+
+        raise DatasetError(
+            f"--data {args.data}: corrupt TFRecord data while training "
+            f"({type(e).__name__}: {_tf_error_detail(e.message)})"
+        ) from e
+
+
+def _write_metrics(args: argparse.Namespace, out: Path, state: dict, summary, epochs,
+                   first_step: dict, horovod: dict, size: int, started: float) -> None:
+    """Rank 0: metrics.json (the best epoch, steady-state images/s, the warm-up apart) and the
+    `final ...` line Katib's collectors read."""
+    from chexflow.train import callbacks as cb
+
+    state_file = out / "checkpoints" / "state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else state
+    metrics = _metrics(args, size, state, summary, epochs, started)
+    metrics["horovod"] = horovod
+    metrics["started_at"] = started
+    metrics["first_step_began_at"] = first_step.get("began")
+    metrics["first_step_ended_at"] = first_step.get("ended")
+    if "ended" in first_step:  # warm-up, apart from the steady-state images_per_sec
+        metrics["startup_seconds"] = round(first_step["began"] - started, 2)
+        metrics["first_step_seconds"] = round(first_step["ended"] - first_step["began"], 2)
+    cb.write_json(out / "metrics.json", metrics)
+    print(
+        "final " + " ".join(
+            f"{k}={metrics[k]:.6g}" for k in ("val_auroc", "val_loss", "images_per_sec")
+            if isinstance(metrics.get(k), float) and math.isfinite(metrics[k])
+        ),
+        flush=True,
+    )
+    print(f"train: wrote {out / 'metrics.json'} and {out / 'best_model.keras'}", flush=True)
 
 
 def _metrics(args, size, state, summary, epochs, started) -> dict:
