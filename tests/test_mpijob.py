@@ -241,14 +241,22 @@ def test_cli_flags_appear_where_mpi_operator_reads_them():
     assert bad.returncode == 2 and "expected KEY[=VALUE]:EFFECT" in bad.stderr
 
 
+def shipped_trial_spec(spec: Path) -> dict:
+    """The trialSpec a shipped Katib spec runs: the ConfigMap template it names, from
+    katib/trial-templates.yaml."""
+    reference = yaml.safe_load(spec.read_text())["spec"]["trialTemplate"]["configMap"]
+    config_map = yaml.safe_load((REPO_ROOT / "katib" / "trial-templates.yaml").read_text())
+    assert config_map["metadata"]["name"] == reference["configMapName"], spec.name
+    return yaml.safe_load(config_map["data"][reference["templatePath"]])
+
+
 @pytest.mark.parametrize("path", sorted((REPO_ROOT / "katib" / "specs").glob("*.yaml")),
                          ids=lambda p: p.stem)
 def test_katib_trial_specs_carry_what_render_puts_in_an_mpijob(path):
-    """The hand-written trialSpecs (2 workers x 1 GPU) match `chexflow mpijob render`: launcher
-    retries, restart policies, no Istio sidecar, numeric non-root user, the GPU toleration and
-    the per-GPU requests; and they pass the CRD schema."""
-    experiment = next(d for d in yaml.safe_load_all(path.read_text()) if d)
-    trial = experiment["spec"]["trialTemplate"]["trialSpec"]
+    """The trialSpec each shipped spec runs (its ConfigMap template: 2 workers x 1 GPU) matches
+    `chexflow mpijob render`: launcher retries, restart policies, no Istio sidecar, numeric
+    non-root user, the GPU toleration and the per-GPU requests; and it passes the CRD schema."""
+    trial = shipped_trial_spec(path)
     validate_mpijob({**trial, "metadata": {"name": "trial"}}, CRD)
     ours = render_mpijob(JobSpec(name="trial", command=["true"], workers=2, horovod=True,
                                  gpus_per_worker=1))
@@ -290,7 +298,7 @@ def test_workers_are_ready_when_their_sshd_listens_in_renders_and_katib_specs():
     assert "readinessProbe" not in pods(obj)["launcher"]["spec"]["containers"][0]
     validate_mpijob(obj, CRD)
     for path in sorted((REPO_ROOT / "katib" / "specs").glob("*.yaml")):
-        job = yaml.safe_load(path.read_text())["spec"]["trialTemplate"]["trialSpec"]
+        job = shipped_trial_spec(path)
         worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
         assert worker["readinessProbe"] == probe, path.name
         assert job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady", path.name
