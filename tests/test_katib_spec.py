@@ -210,3 +210,33 @@ def test_dry_run_prints_suggestions_and_writes_nothing(tmp_path: Path):
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert len(lines) == 3 and "--lr=" in lines[0]
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("folder", "a folder; expected an Experiment YAML file"),
+    ("binary", "not UTF-8 text (byte 0); expected an Experiment YAML file"),
+    ("latin-1", "not UTF-8 text (byte 26); expected an Experiment YAML file"),
+])
+def test_a_spec_that_is_not_a_yaml_text_file_is_one_line(tmp_path, case, expected):
+    """A folder, a binary file or a non-UTF-8 file given as the spec: one line naming it, no
+    traceback (each was a traceback)."""
+    path = tmp_path / "spec"
+    if case == "folder":
+        path.mkdir()
+    else:
+        path.write_bytes(b"\xff\xfe\x00\x01binary" if case == "binary"
+                         else b"kind: Experiment\nname: caf\xe9\n")
+    proc = run_chexflow("tune", path, "--dry-run", "--state", tmp_path / "s", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"chexflow tune: error: {path}: {expected}"
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_set_value_that_is_not_yaml_is_one_line(tmp_path):
+    """`--set 'x=[1'` (an unclosed flow list): one line saying how to quote it (a traceback)."""
+    proc = run_chexflow("tune", SPECS[0], "--dry-run", "--set", "x=[1", "--state",
+                        tmp_path / "s", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "chexflow tune: error: --set 'x=[1': the value is not valid YAML (while parsing a flow "
+        "sequence); quote it as a string, e.g. x='\"[1\"'"]

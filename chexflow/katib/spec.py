@@ -132,9 +132,16 @@ def load_experiment(path: Path | str, overrides: list[str] | None = None,
     a ConfigMap template is read from `trial_templates` or beside the spec (templates.py)."""
     path = Path(path)
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
     except FileNotFoundError as e:
         raise SpecError(f"{path}: no such file") from e
+    except IsADirectoryError as e:
+        raise SpecError(f"{path}: a folder; expected an Experiment YAML file") from e
+    except PermissionError as e:
+        raise SpecError(f"{path}: not readable ({e.strerror})") from e
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text (byte {e.start}); expected an Experiment "
+                        "YAML file") from e
     except yaml.YAMLError as e:
         raise SpecError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
     exps = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Experiment"]
@@ -155,9 +162,15 @@ def load_experiment(path: Path | str, overrides: list[str] | None = None,
 def apply_override(raw: dict, item: str, source: str = "") -> None:
     """`spec.maxTrialCount=2` or `spec.parameters[0].feasibleSpace.max=0.1` (YAML value);
     `null` removes a mapping's field (`spec.earlyStopping=null`: no early stopping)."""
-    key, sep, value = item.partition("=")
+    key, sep, text = item.partition("=")
     if not sep or not key:
         raise SpecError(f"--set {item!r}: expected PATH=VALUE, e.g. spec.maxTrialCount=4")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError(f"--set {item!r}: the value is not valid YAML "
+                        f"({str(e).splitlines()[0]}); quote it as a string, e.g. "
+                        f"{key}='\"{text}\"'") from None
     tokens = re.findall(r"[^.\[\]]+|\[\d+\]", key)
     node: Any = raw
     for i, tok in enumerate(tokens):
@@ -167,15 +180,15 @@ def apply_override(raw: dict, item: str, source: str = "") -> None:
             if not isinstance(node, list) or idx >= len(node):
                 raise SpecError(f"{source}: --set {key}: {tok} is not an index of a list there")
             if last:
-                node[idx] = yaml.safe_load(value)
+                node[idx] = value
             node = node[idx]
         else:
             if not isinstance(node, dict):
                 raise SpecError(f"{source}: --set {key}: {tok!r} is not a field of a mapping")
-            if last and yaml.safe_load(value) is None:
+            if last and value is None:
                 node.pop(tok, None)
             elif last:
-                node[tok] = yaml.safe_load(value)
+                node[tok] = value
             else:
                 node = node.setdefault(tok, {})
 
