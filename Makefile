@@ -1,8 +1,9 @@
 # chexflow: the two commands a newcomer needs are `make demo` and `make test`.
-# Both set everything up first (Debian packages, both Python environments); re-runs reuse them.
+# Both set everything up first (Debian packages, the Python environment); re-runs reuse them.
 
-CONTROL := .venv
-TRAINER := .venv-trainer
+# One environment holds the trainer (TensorFlow 2.20, tf-keras, Horovod) and the control side
+# (kfp, Katib's libraries, the test tools); the images keep the two apart.
+VENV := .venv
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 # Two pytest-xdist workers: the cluster tests (one group, one worker) beside the local ones.
@@ -14,50 +15,49 @@ endif
 export CHEXFLOW_SETUP_TIMES
 PHASE := images/phase.sh
 
-.PHONY: setup setup-system setup-control setup-trainer setup-cluster images cluster-up cluster-down demo test lint compile clean
+.PHONY: setup setup-system setup-env setup-cluster images cluster-up cluster-down demo test lint compile clean
 
-setup: setup-system setup-control setup-trainer
+setup: setup-system setup-env
 
 setup-system:
 	$(PHASE) system-packages images/install-system.sh
 
-setup-control:
-	$(PHASE) control-env images/install-control.sh $(CONTROL)
-
-setup-trainer: setup-system
-	$(PHASE) trainer-env images/install-trainer.sh $(TRAINER)
+# Python 3.12 (images/python.sh), TensorFlow 2.20 and Horovod 0.28.1 built with
+# images/horovod-0.28.1-tf2.20.patch (the wheel is cached in ~/.cache/chexflow/wheels), kfp.
+setup-env: setup-system
+	$(PHASE) python-env images/install-trainer.sh $(VENV) --editable --with-control
 
 # The local Kubernetes control plane's binaries (chexflow/devcluster/build/build.sh; cached in ~/.cache/chexflow/k8s,
 # about 6 min cold on an idle 2-core machine, downloads included; nothing to do when cached) and the real node's
 # (build-node.sh: kubelet, CoreDNS, pause). The cluster tests need them. Then Katib's programs
 # (chexflow/devcluster/build/katib/build.sh, about 2 min cold) and its five images (chexflow/devcluster/katib_images.py).
-setup-cluster: setup-system setup-control
-	$(PHASE) cluster-binaries $(CONTROL)/bin/chexflow cluster build --real-node
-	$(PHASE) katib-images $(CONTROL)/bin/chexflow images build katib
+setup-cluster: setup-system setup-env
+	$(PHASE) cluster-binaries $(VENV)/bin/chexflow cluster build --real-node
+	$(PHASE) katib-images $(VENV)/bin/chexflow images build katib
 
 # The trainer, launcher and Katib images, built with podman on a debootstrapped Debian base (cached by content
 # in ~/.cache/chexflow/images); the real-pod tests build what they need themselves.
-images: setup-system setup-control setup-trainer
-	$(CONTROL)/bin/chexflow images build
+images: setup
+	$(VENV)/bin/chexflow images build
 
-# Start / stop the local cluster by hand (then: eval "$$($(CONTROL)/bin/chexflow cluster env)").
+# Start / stop the local cluster by hand (then: eval "$$($(VENV)/bin/chexflow cluster env)").
 cluster-up: setup-cluster
-	$(CONTROL)/bin/chexflow cluster up --real-node
+	$(VENV)/bin/chexflow cluster up --real-node
 
 cluster-down:
-	$(CONTROL)/bin/chexflow cluster down
+	$(VENV)/bin/chexflow cluster down
 
 # The main job: the chexnet-train pipeline run locally (kfp.local) on 400 generated images:
 # DenseNet-121, 2 Horovod workers, 6 epochs (chexflow/pipelines/local_run.py LOCAL_DEFAULTS);
 # prints a line per step and ends with the mean test AUROC beside CheXNet's.
 demo: setup
-	$(CONTROL)/bin/chexflow run chexnet-train --out $(DEMO_OUT)
+	$(VENV)/bin/chexflow run chexnet-train --out $(DEMO_OUT)
 
 test: setup setup-cluster
-	$(CONTROL)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
-lint: setup-control
-	$(CONTROL)/bin/ruff check .
+lint: setup-env
+	$(VENV)/bin/ruff check .
 
 clean:
 	rm -rf runs .pytest_cache
