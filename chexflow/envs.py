@@ -1,8 +1,9 @@
-"""Locating the two Python environments: control (this one, usually) and trainer.
+"""Locating the trainer's Python: the one with TensorFlow and Horovod.
 
-In a cluster they are two images; locally they are `.venv/` and `.venv-trainer/` at the
-repository root, created by `make setup`. `CHEXFLOW_TRAINER_PYTHON` overrides the trainer's
-interpreter (a path to `python` in any environment with TensorFlow and Horovod).
+Locally it is the one environment `make setup` creates (`.venv/`, which also holds kfp), so
+it is usually this interpreter. In a cluster the trainer and launcher are two images.
+`CHEXFLOW_TRAINER_PYTHON` overrides it (a path to `python` in any environment with TensorFlow
+and Horovod, e.g. the TF 2.15 baseline of `chexflow bench --only tf-stack`).
 """
 
 from __future__ import annotations
@@ -30,22 +31,22 @@ def in_trainer_env() -> bool:
 
 def trainer_python() -> Path:
     """The trainer environment's interpreter, or a clear error saying how to create it."""
-    if in_trainer_env():
-        return Path(sys.executable)
     override = os.environ.get(TRAINER_ENV_VAR)
     if override:
         path = Path(override)
         if not path.exists():
             raise EnvironmentMissing(f"{TRAINER_ENV_VAR}={override}: no such interpreter")
         return path
-    path = REPO_ROOT / ".venv-trainer" / "bin" / "python"
-    if path.exists():
+    if in_trainer_env():
+        return Path(sys.executable)
+    path = REPO_ROOT / ".venv" / "bin" / "python"
+    if path.exists() and path.resolve() != Path(sys.executable).resolve():
         return path
-    venv = path.parent.parent
     raise EnvironmentMissing(
-        f"the trainer environment (TensorFlow 2.15 + Horovod) was not found at {venv}.\n"
-        f"Create it with `make setup-trainer` (or images/install-trainer.sh {venv}),\n"
-        f"or point {TRAINER_ENV_VAR} at a python that has tensorflow and horovod."
+        f"this Python ({sys.executable}) has no TensorFlow and Horovod, and {path.parent.parent}"
+        f" is not another environment that does. Create it with `make setup` (or "
+        f"images/install-trainer.sh .venv --editable --with-control), or point {TRAINER_ENV_VAR}"
+        f" at a python that has tensorflow and horovod."
     )
 
 

@@ -1,4 +1,4 @@
-"""DenseNet-121 / ResNet-50 for 14 sigmoid outputs on greyscale images (Keras 2, TF 2.15).
+"""DenseNet-121 / ResNet-50 for 14 sigmoid outputs on greyscale images (Keras 2: tf-keras).
 
 The model takes raw greyscale pixels (H, W, 1) in 0..255 and does its own preprocessing:
 greyscale -> 3 channels, then the ImageNet normalisation of its family as Keras defines it
@@ -9,14 +9,24 @@ model therefore needs no outside knowledge to predict.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import tensorflow as tf
 from tensorflow import keras
 
 from chexflow.errors import ChexflowError
+from chexflow.train.rundir import without_legacy_model_info
 
 FAMILY = {"densenet121": "densenet", "resnet50": "resnet"}
+
+# Keras 3 has keras.version(); Keras 2 (tf-keras, or TF <= 2.15's own) has not
+if hasattr(keras, "version"):
+    raise ChexflowError(
+        f"tensorflow.keras is Keras {keras.version()}, and chexflow and Horovod need Keras 2 "
+        "(tf-keras): tensorflow.keras was used before chexflow set TF_USE_LEGACY_KERAS=1; import "
+        "chexflow first, or set TF_USE_LEGACY_KERAS=1 in the environment"
+    )
 
 
 class WeightsError(ChexflowError):
@@ -121,7 +131,9 @@ def load_model(path: Path) -> keras.Model:
     if not path.exists():
         raise WeightsError(f"--model {path}: no such file or run folder with best_model.keras")
     try:
-        return keras.models.load_model(path, compile=False)
+        with tempfile.TemporaryDirectory(prefix="chexflow-model-") as tmp:
+            return keras.models.load_model(without_legacy_model_info(path, Path(tmp)),
+                                           compile=False)
     except Exception as e:
         raise WeightsError(
             f"--model {path}: not a Keras model chexflow can load ({type(e).__name__}: "
