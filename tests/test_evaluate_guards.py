@@ -241,8 +241,8 @@ def test_bare_model_file_carries_its_classes_and_another_order_is_refused(
     assert proc.returncode == 2, proc.stdout[-2000:]
     assert proc.stderr.strip().splitlines() == [
         f"chexflow evaluate: error: --model {bare} was trained on other classes than the data's "
-        f"(chexflow.json stored in {bare}: class 1 is {classes[0]!r} there and {classes[1]!r} "
-        f"in {swapped}/manifest.json (the same names in another order)); evaluate it on data "
-        f"preprocessed from the same dataset format"]
+        f"(the classes and size stored in {bare}: class 1 is {classes[0]!r} there and "
+        f"{classes[1]!r} in {swapped}/manifest.json (the same names in another order)); "
+        f"evaluate it on data preprocessed from the same dataset format"]
     assert not (tmp_path / "ev").exists()
     _evaluate(nih32, bare, tmp_path / "ev").check_returncode()  # Keras loads it as before

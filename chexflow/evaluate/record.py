@@ -9,7 +9,7 @@ from pathlib import Path
 
 from chexflow.data.manifest import DatasetError, Manifest, load_manifest
 from chexflow.errors import ChexflowError
-from chexflow.train.rundir import MODEL_INFO, RUN_FILE, model_info
+from chexflow.train.rundir import RUN_FILE, model_info
 
 
 class ModelMismatch(ChexflowError, ValueError):
@@ -48,7 +48,7 @@ def model_file(model: Path) -> Path:
 
 def check_model_fits(model: Path, manifest: Manifest) -> None:
     """Refuse, in one line, a model whose run record (or, for a model file without one, the
-    classes and image size stored in the file: MODEL_INFO) names another image size or other
+    classes and image size stored in the file: rundir.MODEL_INFO) names another image size or other
     classes, or the same in another order, than DATA/manifest.json. A model with neither, from
     an older chexflow, is checked by shape only. The classes are not remapped: a model is
     evaluated in the order it was trained in, on data preprocessed in that order."""
@@ -59,7 +59,7 @@ def check_model_fits(model: Path, manifest: Manifest) -> None:
         record = model_info(model_file(model))
         if record is None:
             return
-        source = f"{MODEL_INFO} stored in {model_file(model)}"
+        source = f"the classes and size stored in {model_file(model)}"
     data = f"{manifest.root}/manifest.json"
     size = record.get("image_size")
     if size is not None and size != manifest.image_size:

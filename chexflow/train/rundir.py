@@ -19,9 +19,13 @@ from chexflow.runlock import LOCK_FILE
 from chexflow.train.options import MODELS
 
 RUN_FILE = "run.json"
-# A member of best_model.keras (a zip file; Keras ignores it) with the classes of its outputs,
-# in order, and its image size: they travel with the model when it is copied alone.
-MODEL_INFO = "chexflow.json"
+# The classes of a model's outputs, in order, and its image size travel inside best_model.keras
+# (a zip file), so that they go with the model when it is copied alone: under this key of the
+# metadata.json Keras writes there. Files written before 2026-11-25 hold them in a member of
+# their own, LEGACY_MODEL_INFO, which tf-keras on Python 3.12.1 cannot read past (load_model).
+MODEL_INFO = "metadata.json:chexflow"
+KERAS_METADATA = "metadata.json"
+LEGACY_MODEL_INFO = "chexflow.json"
 # run.json fields that must match for a rerun to resume the same run
 RESUME_KEYS = ("model", "image_size", "data", "synthetic_data", "shuffle_labels", "data_split")
 
@@ -43,18 +47,48 @@ def run_identity(args: argparse.Namespace) -> dict:
 
 
 def embed_model_info(model: Path, classes: list[str], image_size: int) -> None:
-    """Add MODEL_INFO to a .keras file Keras has just written."""
-    with zipfile.ZipFile(model, "a") as zf:
-        zf.writestr(MODEL_INFO, json.dumps({"classes": classes, "image_size": image_size}))
+    """Add the MODEL_INFO to a .keras file Keras has just written: its metadata.json is rewritten,
+    every member kept in Keras' order (tf-keras 2.20 on Python 3.12.1 fails to read a .keras
+    file with a member of chexflow's own: OutOfRangeError in zipfile's seek)."""
+    tmp = model.with_name(model.name + ".info")
+    with zipfile.ZipFile(model) as src, zipfile.ZipFile(tmp, "w") as dst:
+        for member in src.infolist():
+            data = src.read(member.filename)
+            if member.filename == KERAS_METADATA:
+                meta = json.loads(data)
+                meta["chexflow"] = {"classes": classes, "image_size": image_size}
+                data = json.dumps(meta).encode()
+            dst.writestr(member, data)
+    tmp.replace(model)
 
 
 def model_info(model: Path) -> dict | None:
-    """The MODEL_INFO stored in a .keras file; None for a file without it (or not a zip)."""
+    """The MODEL_INFO stored in a .keras file (or in its older member); None for a file without
+    it (or not a zip)."""
     try:
         with zipfile.ZipFile(model) as zf:
-            return json.loads(zf.read(MODEL_INFO))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+            names = zf.namelist()
+            if LEGACY_MODEL_INFO in names:
+                return json.loads(zf.read(LEGACY_MODEL_INFO))
+            return json.loads(zf.read(KERAS_METADATA)).get("chexflow")
+    except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile):
         return None
+
+
+def without_legacy_model_info(model: Path, folder: Path) -> Path:
+    """`model`, or a copy in `folder` without its LEGACY_MODEL_INFO member (what Keras wrote)."""
+    try:
+        with zipfile.ZipFile(model) as zf:
+            if LEGACY_MODEL_INFO not in zf.namelist():
+                return model
+            copy = folder / model.name
+            with zipfile.ZipFile(copy, "w") as dst:
+                for member in zf.infolist():
+                    if member.filename != LEGACY_MODEL_INFO:
+                        dst.writestr(member, zf.read(member.filename))
+            return copy
+    except (OSError, zipfile.BadZipFile):
+        return model
 
 
 def check_options(args: argparse.Namespace) -> None:
