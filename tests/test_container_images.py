@@ -58,15 +58,16 @@ def test_hadolint_is_a_real_linter(tmp_path):
     assert proc.returncode != 0 and {"DL3006", "DL3008", "DL3009"} <= codes
 
 
-def test_trainer_image_cuda_base_matches_tensorflow_2_15():
+def test_trainer_image_cuda_base_matches_tensorflow_2_20():
     df = parse("trainer")
-    # TensorFlow 2.15 was built against CUDA 12.2 and cuDNN 8.9: a CUDA 12.2 devel image with
-    # cuDNN 8 (devel: nvcc and nccl.h for Horovod's NCCL build).
-    assert re.fullmatch(r"nvidia/cuda:12\.2\.\d+-cudnn8-devel-ubuntu22\.04", df.baseimage)
+    # TensorFlow 2.20 was built against CUDA 12.5 and cuDNN 9.3: a CUDA 12.5 devel image with
+    # cuDNN (devel: nvcc and nccl.h for Horovod's NCCL build) on Ubuntu 24.04, whose Python is 3.12.
+    assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-cudnn-devel-ubuntu24\.04", df.baseimage)
+    assert df.args["PYTHON_VERSION"] == "3.12"
     # the base is a build argument (e.g. an NGC or mirrored CUDA image)
     other = DockerfileParser(path=df.dockerfile_path, build_args={"CUDA_IMAGE": "mirror/cuda:x"})
     assert other.baseimage == "mirror/cuda:x"
-    assert df.args["TF_PACKAGE"] == "tensorflow[and-cuda]==2.15.1"
+    assert df.args["TF_PACKAGE"] == "tensorflow[and-cuda]==2.20.0"
 
 
 def test_trainer_image_installs_with_the_trainer_script():
@@ -79,12 +80,15 @@ def test_trainer_image_installs_with_the_trainer_script():
     assert install[1].rstrip().endswith("--install")
     assert all('TF_PACKAGE="${TF_PACKAGE}"' in r for r in install)
     apt = next(r for r in runs if "apt-get install" in r)
-    for pkg in ("python3.11-venv", "python3.11-dev", "libopenmpi-dev", "openmpi-bin",
-                "openssh-server", "openssh-client", "cmake"):
+    for pkg in ("python${PYTHON_VERSION}-venv", "python${PYTHON_VERSION}-dev", "libopenmpi-dev",
+                "openmpi-bin", "openssh-server", "openssh-client", "cmake"):
         assert re.search(rf"\b{re.escape(pkg)}\b", apt), pkg
-    # the script and its pinned requirements are what is copied in before the first install
+    # the script, what it sources, its pinned requirements and Horovod's patch are what is
+    # copied in before the first install
     first_copy = instructions(df, "COPY")[0].split()
-    assert first_copy[:2] == ["images/install-trainer.sh", "images/requirements-trainer.txt"]
+    assert first_copy[:4] == ["images/install-trainer.sh", "images/python.sh",
+                              "images/requirements-trainer.txt",
+                              "images/horovod-0.28.1-tf2.20.patch"]
     assert "PATH=/opt/chexflow/venv/bin" in " ".join(instructions(df, "ENV"))
 
 
@@ -119,7 +123,7 @@ def test_launcher_image_has_the_control_environment_and_kfp():
 
 def test_build_context_leaves_out_local_environments():
     ignored = (REPO / ".dockerignore").read_text().split()
-    for path in (".venv", ".venv-trainer", ".git", "runs"):
+    for path in (".venv", ".venv-*", ".git", "runs"):
         assert path in ignored
 
 

@@ -38,7 +38,9 @@ LOCAL_REGISTRY = "chexflow.local"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_ARG = {"trainer": "CUDA_IMAGE", "launcher": "PYTHON_IMAGE"}
-EXTRA_ARGS = {"trainer": {"TF_PACKAGE": "tensorflow-cpu==2.15.1"}, "launcher": {}}
+# bookworm has Python 3.11; the CUDA image (Ubuntu 24.04) and the local environment use 3.12
+EXTRA_ARGS = {"trainer": {"TF_PACKAGE": "tensorflow-cpu==2.20.0", "PYTHON_VERSION": "3.11"},
+              "launcher": {}}
 BUILD_PIP_CERT = "/run/chexflow-pip-cert.pem"
 # images made from another of ours: name -> (parent, build argument naming it); the context is
 # images/<name>/ alone
