@@ -9,7 +9,7 @@ from pathlib import Path
 
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
-ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster")
+ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the local runner's), only when named: the kubeconfig of a running "
                    "`chexflow cluster up --real-node` (--katib for katib-cluster; default: the "
                    "bench starts a cluster of its own)")
+    p.add_argument("--baseline-python", type=Path,
+                   help="tf-stack: the TF 2.15 trainer's python (default .venv-tf2.15/bin/python, "
+                   "created on first use)")
     p.set_defaults(func=run_bench)
 
 
@@ -70,7 +73,7 @@ def run_bench(args: argparse.Namespace) -> int:
         results.append(preprocessing.run(work / "preprocessing", n, px, 224, 2, repeats))
     data = None
     if {"input-pipeline", "scaling", "horovod-options", "allreduce-account",
-            "real-pods"} & set(wanted):
+            "real-pods", "tf-stack"} & set(wanted):
         data = synth_tfrecords(work, 120 if quick else 1200, 64, size)
     if "input-pipeline" in wanted:
         # runs of one side vary by about ±10% on 2 busy cores: 5 a side read the ratio to ±3%
@@ -85,6 +88,11 @@ def run_bench(args: argparse.Namespace) -> int:
         results += training.scaling(work, data, "resnet50", size, batch, steps, repeats)
     if "horovod-options" in wanted:
         results += training.horovod_options(work, data, "resnet50", size, batch, steps, repeats)
+    if "tf-stack" in wanted:
+        from chexflow.bench import tf_stack
+
+        results.append(tf_stack.run(work / "tf-stack", data, "densenet121", size, batch, steps,
+                                    repeats, args.baseline_python))
     if "katib" in wanted:
         results.append(katib_overhead.run(work / "katib", 5 if quick else 20, repeats))
     if "katib-cluster" in wanted:
