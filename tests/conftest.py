@@ -1,5 +1,5 @@
-"""Shared fixtures. Tests run in the control environment (.venv); anything that needs
-TensorFlow/Horovod runs through the `chexflow` CLI, which re-executes in .venv-trainer."""
+"""Shared fixtures. Tests run in the one local environment (.venv: kfp, TensorFlow, Horovod);
+training runs through the `chexflow` CLI in processes of their own, as a user's would."""
 
 from __future__ import annotations
 

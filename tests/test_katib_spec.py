@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from chexflow.envs import trainer_python
 from chexflow.katib.experiment import format_value
 from chexflow.katib.spec import SpecError, load_experiment, parse_experiment
 from chexflow.katib.suggest import History, make_suggester
@@ -196,7 +197,7 @@ def test_mpijob_launcher_becomes_horovodrun_with_local_volumes(tmp_path: Path):
                               ["epochs=1", "weights=none"])
     assert Path(argv[0]).name == "horovodrun"
     assert argv[1:6] == ["-np", "2", "-H", "localhost:2", "--gloo"]
-    assert Path(argv[6]).parent.parent.name == ".venv-trainer"
+    assert argv[6] == str(trainer_python())  # the environment with TensorFlow and Horovod
     assert argv[7:9] == ["-m", "chexflow.train.worker"]
     assert argv[argv.index("--data") + 1] == str(tmp_path.resolve() / "tfrecords")
     assert argv[argv.index("--out") + 1] == str(tmp_path.resolve() / "runs/katib/t1")

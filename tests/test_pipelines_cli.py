@@ -126,20 +126,24 @@ def test_run_out_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path)
     line = _one_line(run_chexflow("run", "--out", blocker / "runs", check=False))
     assert line == (f"chexflow run: error: --out {blocker / 'runs'}: cannot create the run folder "
                     f"there (Not a directory (ENOTDIR)); choose a folder you can write")
-    # a folder every user can reach (pytest's own tmp folders are private to root)
+    # a folder chexflow cannot write: as root, permission bits stop nothing (and the interpreter
+    # may live where another user cannot run it), so a read-only bind mount; else mode 555
     shared = Path(tempfile.mkdtemp(prefix="chexflow-readonly-"))
+    readonly = shared / "runs"
+    readonly.mkdir(mode=0o555)
+    as_root = os.geteuid() == 0
     try:
-        shared.chmod(0o755)
-        readonly = shared / "runs"
-        readonly.mkdir(mode=0o555)
-        # as root permission bits do not stop a write: run it as nobody then
-        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] \
-            if os.geteuid() == 0 else []
-        proc = subprocess.run([*as_user, *CHEXFLOW, "run", "--out", readonly],
+        if as_root:
+            subprocess.run(["mount", "--bind", readonly, readonly], check=True)
+            subprocess.run(["mount", "-o", "remount,ro,bind", readonly], check=True)
+        reason = "Read-only file system (EROFS)" if as_root else "Permission denied (EACCES)"
+        proc = subprocess.run([*CHEXFLOW, "run", "--out", readonly],
                               capture_output=True, text=True, timeout=120, cwd=shared)
         assert _one_line(proc) == (
             f"chexflow run: error: --out {readonly}: cannot create the run folder there "
-            f"(Permission denied (EACCES)); choose a folder you can write"), proc.stderr
+            f"({reason}); choose a folder you can write"), proc.stderr
         assert list(readonly.iterdir()) == []
     finally:
+        if as_root:
+            subprocess.run(["umount", readonly], check=False)
         shutil.rmtree(shared)

@@ -87,7 +87,7 @@ Terminating remaining workers after failure of Process 1.
 [0]<stderr>:Terminated
 Process 0 exit with status code 143.
 Traceback (most recent call last):
-  File "/work/main/.venv-trainer/bin/horovodrun", line 6, in <module>
+  File "/work/main/.venv/bin/horovodrun", line 6, in <module>
 RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus \
 causing the job to be terminated. The first process to do so was:
 Process name: 1
