@@ -241,3 +241,20 @@ def test_a_trial_program_that_cannot_be_executed_fails_the_trial_in_one_line(tmp
             assert len(reasons) == 2, proc.stdout
             assert all(ln.endswith(f"(cannot execute {path}: {why})") for ln in reasons)
     assert " Failed: " not in proc.stdout  # the rerun ran nothing again
+
+
+@pytest.mark.parametrize("algorithm", ["random", "tpe"])
+def test_one_value_categoricals_run_with_hyperopt(tmp_path, algorithm):
+    """Every parameter a one-value categorical (legal in Katib, whose hyperopt service gives
+    them to hp.choice): each trial gets those values (was a hyperopt IndexError traceback from
+    an empty search space)."""
+    params = ('[{name: lr, parameterType: categorical, feasibleSpace: {list: ["0.03"]}}, '
+              '{name: momentum, parameterType: categorical, feasibleSpace: {list: ["0.7"]}}]')
+    tune(example("random"), tmp_path / "s", BOWL, "--set", f"spec.parameters={params}",
+         "--set", f"spec.algorithm.algorithmName={algorithm}", "--set", "spec.maxTrialCount=2",
+         "--set", "spec.parallelTrialCount=1", "--set", "spec.maxFailedTrialCount=1")
+    res = read_json(tmp_path / "s" / "results.json")
+    assert res["condition"]["reason"] == "ExperimentMaxTrialsReached"
+    assert [(t["status"], t["lr"], t["momentum"]) for t in res["trials"]] == [
+        ("Succeeded", "0.03", "0.7")] * 2
+    assert [t["loss"] for t in res["trials"]] == [pytest.approx(0.01)] * 2
