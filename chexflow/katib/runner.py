@@ -70,6 +70,7 @@ from chexflow.katib.trialspec import (
     WRAPPED_COLLECTORS,
     katib_wrap,
     local_command_parts,
+    map_path_in_text,
     map_paths,
     primary_container,
     primary_pod_mismatch,
@@ -249,7 +250,7 @@ class LocalRunner:
         if self.trial_command is not None:
             values = trial_values(self.exp, rec.name, rec.parameters)
             cmd = render_command_string(self.trial_command, values)
-            return (cmd.replace(paths[0], str(paths[1])) if paths else cmd), {}
+            return (map_path_in_text(cmd, *paths) if paths else cmd), {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
         argv, env, ours = local_command_parts(self.exp, spec, self.volumes,
                                               self.state.directory / "volumes", self.trial_args)
