@@ -485,6 +485,22 @@ def test_a_file_collector_reads_only_the_current_attempts_file(tmp_path: Path):
     assert stale.read_text() == "loss=1\n"
 
 
+def test_trial_command_maps_only_whole_collector_paths(tmp_path: Path):
+    """--trial-command with a File collector in /katib: `/katib/metrics.log` goes to the trial's
+    metrics folder, `/katib-data/x.csv` (the same letters, another path) stays as written (a
+    substring replace made it a path under the state folder)."""
+    d = example("random")
+    d["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "File"}, "source": {
+        "fileSystemPath": {"path": "/katib/metrics.log", "kind": "File"}}}
+    cmd = "DATA=/katib-data/x.csv; echo data=$DATA; echo loss=1 > /katib/metrics.log"
+    tune(write(tmp_path, d), tmp_path / "s", "--trial-command", cmd, *budget(1))
+    trial = read_json(tmp_path / "s" / "results.json")["trials"][0]
+    assert trial["status"] == "Succeeded" and trial["metric_logs"] == {"loss": [1.0]}
+    folder = tmp_path / "s" / "trials" / trial["trial"]
+    assert "data=/katib-data/x.csv\n" in (folder / "stdout.log").read_text()
+    assert (folder / "metrics" / "metrics.log").read_text() == "loss=1\n"
+
+
 def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path: Path):
     d = example("random")
     d["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "TensorFlowEvent"}}

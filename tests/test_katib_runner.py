@@ -208,3 +208,53 @@ def test_state_folder_belongs_to_one_spec(tmp_path: Path):
     clash = tune(example("random"), tmp_path / "mine", BOWL, check=False)
     assert clash.returncode == 2 and "not a `chexflow tune` state folder" in clash.stderr
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("program", ["missing", "not-executable"])
+def test_a_trial_program_that_cannot_be_executed_fails_the_trial_in_one_line(tmp_path, program):
+    """A trialSpec command that names no file, or a file without execute permission: the trial
+    is Failed with one line naming the program (was a FileNotFoundError traceback that left the
+    trial Created, so a rerun on the same state crashed again). primaryPodLabels that the pod
+    lacks: Katib injects no collector, so the command is run as it is, without `sh -c`."""
+    path = tmp_path / ("nope/train" if program == "missing" else "train.sh")
+    if program == "not-executable":
+        path.write_text("#!/bin/sh\necho loss=0.1\n")
+        path.chmod(0o644)
+    why = "No such file or directory" if program == "missing" else "Permission denied"
+    command = (f'[{path}, "--lr=${{trialParameters.learningRate}}", '
+               '"--momentum=${trialParameters.momentum}"]')
+    container = "spec.trialTemplate.trialSpec.spec.template.spec.containers[0]"
+    args = ["tune", example("random"), "--state", tmp_path / "s", "--no-progress",
+            "--set", "spec.maxTrialCount=2", "--set", "spec.parallelTrialCount=1",
+            "--set", "spec.maxFailedTrialCount=2",
+            "--set", "spec.trialTemplate.primaryPodLabels={a: b}",
+            "--set", f"{container}.command={command}"]
+    for attempt in ("first", "rerun"):
+        proc = run_chexflow(*args, check=False, timeout=120)
+        assert proc.returncode == 1, (attempt, proc.stderr)
+        assert "Traceback" not in proc.stderr, attempt
+        res = read_json(tmp_path / "s" / "results.json")
+        assert [t["status"] for t in res["trials"]] == ["Failed", "Failed"]
+        assert res["condition"]["reason"] == "ExperimentFailed"
+        if attempt == "first":
+            reasons = [ln for ln in proc.stdout.splitlines() if " Failed: " in ln]
+            assert len(reasons) == 2, proc.stdout
+            assert all(ln.endswith(f"(cannot execute {path}: {why})") for ln in reasons)
+    assert " Failed: " not in proc.stdout  # the rerun ran nothing again
+
+
+@pytest.mark.parametrize("algorithm", ["random", "tpe"])
+def test_one_value_categoricals_run_with_hyperopt(tmp_path, algorithm):
+    """Every parameter a one-value categorical (legal in Katib, whose hyperopt service gives
+    them to hp.choice): each trial gets those values (was a hyperopt IndexError traceback from
+    an empty search space)."""
+    params = ('[{name: lr, parameterType: categorical, feasibleSpace: {list: ["0.03"]}}, '
+              '{name: momentum, parameterType: categorical, feasibleSpace: {list: ["0.7"]}}]')
+    tune(example("random"), tmp_path / "s", BOWL, "--set", f"spec.parameters={params}",
+         "--set", f"spec.algorithm.algorithmName={algorithm}", "--set", "spec.maxTrialCount=2",
+         "--set", "spec.parallelTrialCount=1", "--set", "spec.maxFailedTrialCount=1")
+    res = read_json(tmp_path / "s" / "results.json")
+    assert res["condition"]["reason"] == "ExperimentMaxTrialsReached"
+    assert [(t["status"], t["lr"], t["momentum"]) for t in res["trials"]] == [
+        ("Succeeded", "0.03", "0.7")] * 2
+    assert [t["loss"] for t in res["trials"]] == [pytest.approx(0.01)] * 2

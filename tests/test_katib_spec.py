@@ -241,3 +241,29 @@ def test_a_set_value_that_is_not_yaml_is_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "chexflow tune: error: --set 'x=[1': the value is not valid YAML (while parsing a flow "
         "sequence); quote it as a string, e.g. x='\"[1\"'"]
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("spec.maxTrailCount=4", "spec has no field maxTrailCount (did you mean maxTrialCount?)"),
+    ("spec.parameters[0].feasibleSpace.mx=1",
+     "spec.parameters[0].feasibleSpace has no field mx (did you mean max?)"),
+    ("metadata.nmae=x", "metadata has no field nmae (did you mean name?)"),
+])
+def test_a_set_path_that_is_no_katib_field_is_refused_with_the_nearest(tmp_path, key, expected):
+    """A misspelled `--set` field (Katib's SDK models give the fields) is one line naming it and
+    the nearest field (`spec.maxTrailCount=4` was ignored and 16 trials ran)."""
+    proc = run_chexflow("tune", example("random"), "--dry-run", "--set", key, "--state",
+                        tmp_path / "s", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [f"chexflow tune: error: --set {key}: {expected}"]
+
+
+def test_set_paths_katib_declares_are_applied(tmp_path):
+    """Fields of the Experiment, labels (a map) and the free-form trialSpec are still set."""
+    exp = load_experiment(example("random"), [
+        "spec.maxTrialCount=4", "metadata.labels.team=cxr",
+        "spec.parameters[0].feasibleSpace.max=0.02",
+        "spec.trialTemplate.trialSpec.spec.backoffLimit=1"])
+    assert exp.max_trial_count == 4 and exp.raw["metadata"]["labels"] == {"team": "cxr"}
+    assert exp.parameters[0].high == 0.02
+    assert exp.trial_template["trialSpec"]["spec"]["backoffLimit"] == 1

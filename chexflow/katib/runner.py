@@ -70,6 +70,7 @@ from chexflow.katib.trialspec import (
     WRAPPED_COLLECTORS,
     katib_wrap,
     local_command_parts,
+    map_path_in_text,
     map_paths,
     primary_container,
     primary_pod_mismatch,
@@ -249,7 +250,7 @@ class LocalRunner:
         if self.trial_command is not None:
             values = trial_values(self.exp, rec.name, rec.parameters)
             cmd = render_command_string(self.trial_command, values)
-            return (cmd.replace(paths[0], str(paths[1])) if paths else cmd), {}
+            return (map_path_in_text(cmd, *paths) if paths else cmd), {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
         argv, env, ours = local_command_parts(self.exp, spec, self.volumes,
                                               self.state.directory / "volumes", self.trial_args)
@@ -318,11 +319,17 @@ class LocalRunner:
         shown = cmd if isinstance(cmd, str) else " ".join(cmd)
         log.write(f"--- {now()} attempt {rec.restarts + 1}: {shown}\n")
         log.flush()
-        proc = subprocess.Popen(
-            cmd, shell=isinstance(cmd, str), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, env=env,
-            start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
-        )
+        try:
+            proc = subprocess.Popen(
+                cmd, shell=isinstance(cmd, str), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1, env=env,
+                start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL),
+            )
+        except OSError as e:  # on Katib the container does not start and the Job fails
+            with log:
+                self._not_started(rec, shown, f"cannot execute {e.filename or cmd[0]}: "
+                                  f"{e.strerror or e}", log)
+            return
         rec.status, rec.started, rec.pgid = "Running", now(), proc.pid
         rec.command = [shown]
         rec.logs = {}
@@ -338,6 +345,15 @@ class LocalRunner:
         if run.tail is not None:  # before the watcher, which joins it
             run.tail.start()
         run.thread.start()
+
+    def _not_started(self, rec: TrialRecord, shown: str, reason: str, log) -> None:
+        """A trial whose program could not be executed: Failed with the reason (a rerun on the
+        same state goes on from there)."""
+        log.write(reason + "\n")
+        rec.status, rec.started, rec.finished = "Failed", now(), now()
+        rec.command, rec.logs, rec.message = [shown], {}, reason
+        self._save()
+        self._report(rec)
 
     def _watch(self, run: _Running, log) -> None:
         """Reader thread: log lines, collect metrics, apply the stop rule; report the exit."""
@@ -532,8 +548,9 @@ class LocalRunner:
                     self.launch(rec)
                 continue
             if not self.running:
-                if self.exhausted or self.suggestion_failed:
-                    continue
+                if self.exhausted or self.suggestion_failed or end_condition(exp, st.trials,
+                                                                             self.exhausted):
+                    continue  # (a trial that could not start may have ended the experiment)
                 raise ChexflowError(f"experiment {exp.name}: no trial to run and no end condition")
             self._wait_event()
 

@@ -34,6 +34,7 @@ from chexflow.katib.experiment import (
     Objective,
     Parameter,
 )
+from chexflow.katib.fields import check_path
 from chexflow.katib.suggest import validate_algorithm
 from chexflow.katib.templates import TRIAL_SPEC_PATH, resolve
 
@@ -172,6 +173,9 @@ def apply_override(raw: dict, item: str, source: str = "") -> None:
                         f"({str(e).splitlines()[0]}); quote it as a string, e.g. "
                         f"{key}='\"{text}\"'") from None
     tokens = re.findall(r"[^.\[\]]+|\[\d+\]", key)
+    problem = check_path(tokens)
+    if problem:
+        raise SpecError(f"--set {item}: {problem}")
     node: Any = raw
     for i, tok in enumerate(tokens):
         last = i == len(tokens) - 1

@@ -288,7 +288,10 @@ class HyperoptSuggester(Suggester):
 
         self.hp = hyperopt
         space = {p.name: self._dimension(p) for p in self.params}
-        self.domain = hyperopt.Domain(None, space, pass_expr_memo_ctrl=None)
+        # Katib's service gives every parameter to hyperopt (a one-value choice works there);
+        # here one-value parameters are left out, so the space may be empty: hyperopt's
+        # Domain cannot be built over nothing, and suggest() needs none then.
+        self.domain = hyperopt.Domain(None, space, pass_expr_memo_ctrl=None) if space else None
         conv = {"gamma": float, "prior_weight": float, "n_EI_candidates": int}
         self.conf = {k: conv[k](v) for k, v in self.settings.items() if k in conv}
 

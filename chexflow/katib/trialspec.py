@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,13 @@ def map_paths(argv: list[str], mounts: dict[str, Path]) -> list[str]:
         else:
             out.append(one(a))
     return out
+
+
+def map_path_in_text(text: str, container: str, local: Path) -> str:
+    """Rewrite `container` in a shell command line where it is a whole path (`/katib`,
+    `/katib/x`, `--out=/katib`), not part of another (`/katib-data/x`, `a/katib`)."""
+    pattern = rf"(?<![\w./~-]){re.escape(container.rstrip('/') or '/')}(?![\w.~-])"
+    return re.sub(pattern, lambda _: str(local), text)
 
 
 def override_args(argv: list[str], overrides: list[str]) -> list[str]:
