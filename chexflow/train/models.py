@@ -9,6 +9,7 @@ model therefore needs no outside knowledge to predict.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -22,10 +23,12 @@ FAMILY = {"densenet121": "densenet", "resnet50": "resnet"}
 
 # Keras 3 has keras.version(); Keras 2 (tf-keras, or TF <= 2.15's own) has not
 if hasattr(keras, "version"):
+    _why = (f"TF_USE_LEGACY_KERAS={os.environ['TF_USE_LEGACY_KERAS']} is set in the environment"
+            if os.environ.get("TF_USE_LEGACY_KERAS", "1") not in ("1", "true", "True")
+            else "tensorflow.keras was used before chexflow set TF_USE_LEGACY_KERAS=1")
     raise ChexflowError(
         f"tensorflow.keras is Keras {keras.version()}, and chexflow and Horovod need Keras 2 "
-        "(tf-keras): tensorflow.keras was used before chexflow set TF_USE_LEGACY_KERAS=1; import "
-        "chexflow first, or set TF_USE_LEGACY_KERAS=1 in the environment"
+        f"(tf-keras): {_why}; import chexflow first, or set TF_USE_LEGACY_KERAS=1"
     )
 
 
