@@ -86,6 +86,8 @@ case "$mode" in
   --no-project) ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
-TF_USE_LEGACY_KERAS=1 "$venv/bin/python" -c 'import horovod.tensorflow.keras as hvd, tensorflow as tf, numpy; print("horovod", hvd.__version__ if hasattr(hvd, "__version__") else "", "tensorflow", tf.__version__, "keras", tf.keras.Model.__module__.split(".")[0], "numpy", numpy.__version__, "gloo", hvd.gloo_built(), "mpi", hvd.mpi_built())'
+# tf-keras when one was installed; TF <= 2.15 (the bench baseline) has its own Keras 2
+legacy_keras=0; [ -n "$keras_package" ] && legacy_keras=1
+TF_USE_LEGACY_KERAS=$legacy_keras "$venv/bin/python" -c 'import horovod.tensorflow.keras as hvd, tensorflow as tf, numpy; print("horovod", hvd.__version__ if hasattr(hvd, "__version__") else "", "tensorflow", tf.__version__, "keras", tf.keras.Model.__module__.split(".")[0], "numpy", numpy.__version__, "gloo", hvd.gloo_built(), "mpi", hvd.mpi_built())'
 echo "$want" >"$stamp"
 echo ">> trainer environment ready: $venv"
