@@ -10,13 +10,11 @@ and TF_USE_LEGACY_KERAS=0 keeps TF 2.15 on its own Keras 2.15, as the old traine
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from chexflow.bench.core import Result, Side, compare
-from chexflow.bench.training import _images_per_sec, train_command
+from chexflow.bench.training import train_images_per_sec
 from chexflow.envs import REPO_ROOT, TRAINER_ENV_VAR, trainer_python
 
 BASELINE_VENV = REPO_ROOT / ".venv-tf2.15"
@@ -51,15 +49,6 @@ def _version(python: Path, legacy_keras: str) -> str:
     return proc.stdout.strip() or proc.stderr.strip()[-200:]
 
 
-def _images_per_sec_with(python: Path, legacy_keras: str, work: Path, data: Path, **kw) -> float:
-    out = Path(tempfile.mkdtemp(prefix="train-", dir=work))
-    cmd = train_command(out, data, **kw)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(python, legacy_keras))
-    ips = _images_per_sec(proc, cmd, proc.stderr, out)
-    shutil.rmtree(out, ignore_errors=True)
-    return ips
-
-
 def run(work: Path, data: Path, model: str, size: int, batch: int, steps: int, repeats: int,
         baseline: Path | None = None, workers: int = 2) -> Result:
     """2-worker `chexflow train` on each stack, interleaved; ratio new/old, goal >= 0.95."""
@@ -69,9 +58,9 @@ def run(work: Path, data: Path, model: str, size: int, batch: int, steps: int, r
     return compare(
         f"trainer on TF 2.20 vs TF 2.15 ({model}, {workers} workers)", "images/s",
         Side(f"TF {_version(new, '1')}",
-             lambda: _images_per_sec_with(new, "1", work, data, **kw)),
+             lambda: train_images_per_sec(work, data, env=_env(new, "1"), **kw)),
         Side(f"TF {_version(old, '0')}",
-             lambda: _images_per_sec_with(old, "0", work, data, **kw)),
+             lambda: train_images_per_sec(work, data, env=_env(old, "0"), **kw)),
         repeats=repeats, goal=0.95,
         notes={"image_size": size, "batch_per_worker": batch, "steps": steps, "workers": workers,
                "new_python": str(new), "baseline_python": str(old)},

@@ -42,12 +42,13 @@ def _images_per_sec(proc: subprocess.CompletedProcess | subprocess.Popen, cmd: l
 
 def train_images_per_sec(work: Path, data: Path | None, *, model: str, size: int, batch: int,
                          steps: int, workers: int = 1, synthetic: bool = False,
-                         extra: tuple[str, ...] = ()) -> float:
-    """One fresh `chexflow train` run (1 epoch of `steps` steps); its total images/s."""
+                         extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> float:
+    """One fresh `chexflow train` run (1 epoch of `steps` steps); its total images/s.
+    `env`: the run's environment (default: this process's)."""
     out = Path(tempfile.mkdtemp(prefix="train-", dir=work))
     cmd = train_command(out, data, model=model, size=size, batch=batch, steps=steps,
                         workers=workers, synthetic=synthetic, extra=extra)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     ips = _images_per_sec(proc, cmd, proc.stderr, out)
     shutil.rmtree(out, ignore_errors=True)
     return ips
