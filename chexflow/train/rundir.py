@@ -46,19 +46,30 @@ def run_identity(args: argparse.Namespace) -> dict:
     }
 
 
+def _copy_zip(src: Path, dst: Path, change) -> None:
+    """dst: src's members in src's order, each member's bytes through change(name, data);
+    a member for which it returns None is left out."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for member in zin.infolist():
+            data = change(member.filename, zin.read(member.filename))
+            if data is not None:
+                zout.writestr(member, data)
+
+
 def embed_model_info(model: Path, classes: list[str], image_size: int) -> None:
     """Add the MODEL_INFO to a .keras file Keras has just written: its metadata.json is rewritten,
     every member kept in Keras' order (tf-keras 2.20 on Python 3.12.1 fails to read a .keras
     file with a member of chexflow's own: OutOfRangeError in zipfile's seek)."""
+
+    def add_info(name: str, data: bytes) -> bytes:
+        if name != KERAS_METADATA:
+            return data
+        meta = json.loads(data)
+        meta["chexflow"] = {"classes": classes, "image_size": image_size}
+        return json.dumps(meta).encode()
+
     tmp = model.with_name(model.name + ".info")
-    with zipfile.ZipFile(model) as src, zipfile.ZipFile(tmp, "w") as dst:
-        for member in src.infolist():
-            data = src.read(member.filename)
-            if member.filename == KERAS_METADATA:
-                meta = json.loads(data)
-                meta["chexflow"] = {"classes": classes, "image_size": image_size}
-                data = json.dumps(meta).encode()
-            dst.writestr(member, data)
+    _copy_zip(model, tmp, add_info)
     tmp.replace(model)
 
 
@@ -81,12 +92,9 @@ def without_legacy_model_info(model: Path, folder: Path) -> Path:
         with zipfile.ZipFile(model) as zf:
             if LEGACY_MODEL_INFO not in zf.namelist():
                 return model
-            copy = folder / model.name
-            with zipfile.ZipFile(copy, "w") as dst:
-                for member in zf.infolist():
-                    if member.filename != LEGACY_MODEL_INFO:
-                        dst.writestr(member, zf.read(member.filename))
-            return copy
+        copy = folder / model.name
+        _copy_zip(model, copy, lambda name, data: None if name == LEGACY_MODEL_INFO else data)
+        return copy
     except (OSError, zipfile.BadZipFile):
         return model
 
