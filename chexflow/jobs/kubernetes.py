@@ -27,9 +27,9 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from chexflow.errors import ChexflowError
+from chexflow.jobs import diagnosis
 from chexflow.jobs.diagnosis import (
     BAD_INPUT_GRACE_SECONDS,
-    SCHEDULING_GRACE_SECONDS,
     Blocker,
     ended_attempts,
     latest_condition,
@@ -139,7 +139,7 @@ class KubernetesBackend:
         with sigterm_raises():
             try:
                 self.create(obj)
-                cond = self.wait(obj, spec.timeout_seconds + SCHEDULING_GRACE_SECONDS)
+                cond = self.wait(obj, spec.timeout_seconds + diagnosis.SCHEDULING_GRACE_SECONDS)
             except BaseException as e:
                 # Timed out, unschedulable, stopped (SIGTERM, Ctrl-C) or broken: do not leave
                 # the job running; a SIGTERM now must not cut the deletion short.
@@ -304,7 +304,7 @@ class KubernetesBackend:
             return JobCannotStart(f"{job} cannot start: {b.what}: {b.why} (for {waited:.0f}s); "
                                   f"it was deleted")
         hint = "; it asks for more than any node offers, or the cluster is full" \
-            if b.grace == SCHEDULING_GRACE_SECONDS else ""
+            if b.grace == diagnosis.SCHEDULING_GRACE_SECONDS else ""
         return JobUnschedulable(f"{job} cannot be scheduled: {b.what}: {b.why} (unschedulable "
                                 f"for {waited:.0f}s{hint}); it was deleted")
 
@@ -326,7 +326,7 @@ class KubernetesBackend:
                 refused = [e for e in self._event_items(owner) if refused_pods(e)]
                 if refused:
                     e = refused[-1]
-                    grace = SCHEDULING_GRACE_SECONDS if "exceeded quota" in e.message \
+                    grace = diagnosis.SCHEDULING_GRACE_SECONDS if "exceeded quota" in e.message \
                         else BAD_INPUT_GRACE_SECONDS
                     found.append(Blocker(f"{e.involved_object.kind} {owner} ({e.reason})",
                                          one_line(e.message), grace))

@@ -14,6 +14,7 @@ import yaml
 from chexflow.devcluster import nodes
 from chexflow.devcluster.controlplane import KWOK_POD_LOG
 from chexflow.envs import REPO_ROOT
+from chexflow.jobs import diagnosis
 from chexflow.jobs import kubernetes as kubernetes_backend
 from chexflow.jobs.kubernetes import KubernetesBackend
 from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
@@ -103,7 +104,7 @@ def test_backend_explains_why_an_mpijob_cannot_be_scheduled(k8s_api, k8s_namespa
     forever the backend fails with the scheduler's reason and deletes it (grace shortened)."""
     from kubernetes import client
 
-    monkeypatch.setattr(kubernetes_backend, "SCHEDULING_GRACE_SECONDS", 0)
+    monkeypatch.setattr(diagnosis, "SCHEDULING_GRACE_SECONDS", 0)
     be = backend(k8s_api, k8s_namespace)
     with pytest.raises(kubernetes_backend.JobUnschedulable) as err:
         be.run(train_spec("train-greedy", workers=1, gpus=16, timeout=600))
