@@ -80,3 +80,30 @@ def test_pause_archive_is_an_oci_layout_with_digests_that_match(tmp_path):
     layer = files[f"blobs/sha256/{manifest['layers'][0]['digest'].split(':')[1]}"]
     with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
         assert tar.getnames() == ["pause"] and tar.getmember("pause").mode & 0o111
+
+
+def test_an_extra_real_node_has_names_of_its_own_and_the_extra_taint(tmp_path):
+    first, second = realnode.RealNode(tmp_path), realnode.RealNode(tmp_path, 1)
+    assert (second.name, second.dir.name, second.suffix) == ("chexflow-node-2", "node-2", "-2")
+    assert len({first.bridge, second.bridge}) == len({first.cgroup_root, second.cgroup_root}) == 2
+    assert first.taints == [realnode.NODE_TAINT]
+    assert second.taints == [realnode.NODE_TAINT, realnode.EXTRA_NODE_TAINT]
+    args = second.kubelet_args(tmp_path / "c.yaml", tmp_path / "kc", "198.18.5.1")
+    assert "--hostname-override=chexflow-node-2" in args
+    ann = realnode.namespace_annotations(extra_nodes=True)
+    keys = [t["key"] for t in json.loads(ann["scheduler.alpha.kubernetes.io/defaultTolerations"])]
+    assert keys == ["chexflow.io/real-node", "chexflow.io/extra-real-node"]
+
+
+def test_peer_routes_send_the_other_nodes_pod_subnets_through_the_node(tmp_path):
+    node = realnode.RealNode(tmp_path, 1)
+    node.dir.mkdir(parents=True)
+    node.address_file.write_text(json.dumps({"node_ip": "198.18.7.1", "pod_cidr": "198.18.7.0/24",
+                                             "routes": ["198.19.0.0/16"]}))
+    node.route_peers(["198.18.3.0/24", "198.18.7.0/24"])
+    conf = json.loads((node.dir / "cni" / "10-chexflow.conflist").read_text())
+    ipam = conf["plugins"][0]["ipam"]
+    assert ipam["routes"] == [{"dst": "198.19.0.0/16", "gw": "198.18.7.1"},
+                              {"dst": "198.18.3.0/24", "gw": "198.18.7.1"}]
+    assert conf["plugins"][0]["ipMasq"] is False
+    assert [n.index for n in realnode.all_nodes(tmp_path)] == []  # no first node folder

@@ -108,7 +108,8 @@ def make_pki(state_dir: Path, server_ips: tuple[str, ...] = ()) -> PKI:
                  "-days", "365", "-sha256", "-addext", "basicConstraints=critical,CA:TRUE",
                  "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-out", str(pki.ca),
                  cwd=pki.dir)
-        for stale in (pki.serving_cert, *(pki.client(n)[0] for n in CLIENTS)):
+        for stale in (pki.serving_cert, *(pki.client(n)[0] for n in CLIENTS),
+                      *pki.dir.glob("kubelet-*.crt")):
             stale.unlink(missing_ok=True)
     sans = ",".join([*(f"IP:{ip}" for ip in ("127.0.0.1", SERVICE_IP, *server_ips)),
                      "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
@@ -131,6 +132,17 @@ def make_pki(state_dir: Path, server_ips: tuple[str, ...] = ()) -> PKI:
         _openssl("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub),
                  cwd=pki.dir)
     return pki
+
+
+def node_client(pki: PKI, node: str) -> str:
+    """The client certificate of another real node's kubelet (`system:node:<node>`, as the Node
+    authorizer expects), made when missing; returns its stem for write_kubeconfig."""
+    stem = f"kubelet-{node}"
+    if not pki.client(stem)[0].exists():
+        _signed_cert(pki, stem, f"/CN=system:node:{node}/O=system:nodes",
+                     "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                     "extendedKeyUsage=clientAuth\n")
+    return stem
 
 
 def write_kubeconfig(path: Path, server: str, pki: PKI, client: str,

@@ -44,6 +44,10 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--real-node", action="store_true",
                     help="also start a real node (containerd, kubelet, CoreDNS) that runs pods; "
                          "needs root and the Debian packages of images/install-system.sh")
+    up.add_argument("--real-nodes", type=int, default=1, metavar="N",
+                    help="with --real-node: N real nodes, each its own containerd, kubelet, "
+                         "bridge and pod /24, routed to each other on the host (implies "
+                         "--real-node; default 1)")
     up.add_argument("--katib", action="store_true",
                     help="also Katib v0.19.0 (controller, webhooks, db-manager, MySQL, goptuna "
                          "suggestions) on the real node, with kube-proxy for its Services; "
@@ -76,19 +80,21 @@ def cmd_up(args: argparse.Namespace) -> int:
     from chexflow.devcluster import realnode
     from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
 
-    if args.nodes < 1 or args.gpus_per_node < 0:
-        raise DevClusterError(f"--nodes must be >= 1 and --gpus-per-node >= 0 "
-                           f"(got {args.nodes}, {args.gpus_per_node})")
+    if args.nodes < 1 or args.gpus_per_node < 0 or args.real_nodes < 1:
+        raise DevClusterError(f"--nodes and --real-nodes must be >= 1 and --gpus-per-node >= 0 "
+                              f"(got {args.nodes}, {args.real_nodes}, {args.gpus_per_node})")
     if (args.dir / "cluster.json").exists() and LocalCluster.attach(args.dir).running():
         raise DevClusterError(f"a cluster is already running from {args.dir}: "
                            f"`chexflow cluster down --dir {args.dir}` first")
     start = time.monotonic()
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                           real_node=args.real_node, katib=args.katib)
+                           real_node=args.real_node, katib=args.katib,
+                           real_nodes=args.real_nodes)
     cluster.start(timeout=args.timeout)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
           f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
-          + (f", real node {realnode.NODE_NAME}" if cluster.real_node else "")
+          + (f", real node(s) {', '.join(n.name for n in realnode.all_nodes(cluster.state_dir))}"
+             if cluster.real_node else "")
           + (", Katib in namespace kubeflow" if args.katib else ""), file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
@@ -172,22 +178,23 @@ def image_names(requested: list[str]) -> list[str]:
 def cmd_images_build(args: argparse.Namespace) -> int:
     from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
     from chexflow.devcluster.images import build_image
-    from chexflow.devcluster.realnode import RealNode
+    from chexflow.devcluster.realnode import all_nodes
 
     names = image_names(args.names)
-    node = None
+    node_list = []
     if args.load:
         cluster = LocalCluster.attach(args.dir)
         if not cluster.real_node or not cluster.running():
             raise DevClusterError(f"--load: no running cluster with a real node in {args.dir} "
                                "(start one: chexflow cluster up --real-node)")
-        node = RealNode(args.dir)
+        node_list = all_nodes(args.dir)
     for name in names:
         image = build_image(name)
         how = "cached" if image.cached else f"built in {image.seconds:.0f} s"
         print(f"{image.name}: {image.ref} ({how}) {image.archive}", file=sys.stderr)
-        if node:
+        for node in node_list:
             node.import_image(image.archive)
-            print(f"{image.name}: loaded into {node.containerd_socket}", file=sys.stderr)
+            print(f"{image.name}: loaded into {node.name}'s containerd {node.containerd_socket}",
+                  file=sys.stderr)
         print(image.ref)
     return 0

@@ -93,6 +93,8 @@ class LocalCluster:
     # these image archives (OCI or docker) loaded into its containerd.
     real_node: bool = False
     node_images: list[Path] = field(default_factory=list)
+    # with real_node: how many real nodes (each its own containerd, kubelet, bridge and /24)
+    real_nodes: int = 1
     # kube-proxy on the real node and Katib in namespace kubeflow (implies real_node)
     katib: bool = False
     # the address the apiserver listens on: the real node's when there is one
@@ -102,7 +104,7 @@ class LocalCluster:
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
-        self.real_node = self.real_node or self.katib
+        self.real_node = self.real_node or self.katib or self.real_nodes > 1
 
     # ---- paths -------------------------------------------------------------------------------
     @property
@@ -181,7 +183,7 @@ class LocalCluster:
     def stop(self, grace: float = 10) -> None:
         """Stop the components one by one in reverse start order (SIGTERM, then SIGKILL after
         `grace` s): the apiserver exits in about a second while etcd is still there."""
-        for name in reversed(START_ORDER):
+        for name in self._stop_order():
             proc = self.processes.get(name)
             if not proc or not _alive(proc["pid"], proc["exe"]):
                 continue
@@ -195,12 +197,21 @@ class LocalCluster:
                 self._reap(proc["pid"])
                 time.sleep(0.05)
             self._reap(proc["pid"])
-        if (self.state_dir / "node").exists():
-            realnode.RealNode(self.state_dir).cleanup()
+        for node in realnode.all_nodes(self.state_dir):
+            node.cleanup()
         if self.katib:
             kubeproxy.release(self.state_dir)
         self.processes = {}
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+    def _stop_order(self) -> list[str]:
+        """The recorded processes, the last in START_ORDER first; an extra real node's
+        (`kubelet-2`) beside its first node's; any other name before all of them."""
+        rank = {name: i for i, name in enumerate(START_ORDER)}
+
+        def key(name: str) -> int:
+            return rank.get(name, rank.get(name.rsplit("-", 1)[0], len(rank)))
+        return sorted(self.processes, key=key, reverse=True)
 
     def running(self) -> bool:
         """True when any recorded component process is alive."""
@@ -224,6 +235,7 @@ class LocalCluster:
         state = {"server": self.server, "kubeconfig": str(self.kubeconfig),
                  "bin_dir": str(self.bin_dir), "nodes": self.nodes,
                  "gpus_per_node": self.gpus_per_node, "real_node": self.real_node,
+                 "real_nodes": self.real_nodes,
                  "katib": self.katib, "host": self.host, "ports": self.ports,
                  "processes": self.processes}
         (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
@@ -239,6 +251,7 @@ class LocalCluster:
         return cls(state_dir=Path(state_dir), nodes=state["nodes"],
                    gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
                    real_node=state.get("real_node", False), katib=state.get("katib", False),
+                   real_nodes=state.get("real_nodes", 1),
                    host=state.get("host", "127.0.0.1"), ports=state["ports"],
                    processes=state["processes"])
 
@@ -355,9 +368,10 @@ class LocalCluster:
 
     def _prepare_real_node(self) -> dict[str, str]:
         """The real node's folder and bridge (before the apiserver, which listens there)."""
+        for stale in realnode.all_nodes(self.state_dir):  # whatever a killed run left
+            stale.cleanup()
+            shutil.rmtree(stale.dir, ignore_errors=True)
         node = realnode.RealNode(self.state_dir)
-        node.cleanup()  # whatever a killed run from this folder left
-        shutil.rmtree(node.dir, ignore_errors=True)
         node.dir.mkdir(parents=True)
         return node.setup_network(SERVICE_CIDR if self.katib else None)
 
@@ -385,11 +399,64 @@ class LocalCluster:
                     exe=node_bin / "kubelet")
         corefile = node.corefile(self.ports, addr["node_ip"], self.kubeconfig)
         self._spawn("coredns", [f"-conf={corefile}"], exe=node_bin / "coredns")
-        self._wait_real_node_ready(deadline)
+        self._wait_real_node_ready(node.name, deadline)
         self._wait_http(f"http://127.0.0.1:{self.ports['coredns_ready']}/ready", "coredns",
                         deadline)
         if self.katib:
             self._start_kube_proxy(node_bin / "kube-proxy", pki, addr, deadline)
+        for _ in range(1, self.real_nodes):
+            self._start_extra_node(node_bin, pki, deadline)
+
+    def add_real_node(self, timeout: float = 120) -> realnode.RealNode:
+        """Start one more real node on this running cluster (the first one must exist); the
+        cluster's node_images are loaded into it. Returns it once Ready."""
+        if not self.real_node or not realnode.RealNode(self.state_dir).dir.exists():
+            raise DevClusterError(f"the cluster in {self.state_dir} has no real node to add "
+                                  "another beside (start it with --real-node)")
+        node = self._start_extra_node(binaries.ensure_node_binaries(),
+                                      certs.PKI(self.state_dir / "pki"),
+                                      time.monotonic() + timeout)
+        self.real_nodes = len(realnode.all_nodes(self.state_dir))
+        self.save()
+        return node
+
+    def _start_extra_node(self, node_bin: Path, pki: certs.PKI,
+                          deadline: float) -> realnode.RealNode:
+        """Real node number len(all_nodes) + 1: its bridge and /24, routes between its pods and
+        the other nodes' (the host forwards between the bridges), containerd and a kubelet
+        whose DNS is the first node's CoreDNS. Waits for Ready."""
+        nodes_now = realnode.all_nodes(self.state_dir)
+        node = realnode.RealNode(self.state_dir, len(nodes_now))
+        node.dir.mkdir(parents=True)
+        addr = node.setup_network(SERVICE_CIDR if self.katib else None)
+        realnode.enable_ip_forwarding()
+        everyone = [*nodes_now, node]
+        cidrs = [n.addresses()["pod_cidr"] for n in everyone]
+        for n in everyone:
+            n.route_peers(cidrs)
+        node.make_cgroups()
+        self._spawn(f"containerd{node.suffix}", [f"--config={node.containerd_config()}"],
+                    exe=realnode.CONTAINERD)
+        while node.ctr("version", check=False).returncode != 0:
+            self.check()
+            if time.monotonic() > deadline:
+                raise DevClusterError(f"containerd not answering on {node.containerd_socket}; "
+                                      f"see {self.log_dir}/containerd{node.suffix}.log")
+            time.sleep(0.2)
+        node.import_image(realnode.pause_archive(node_bin / "pause", node.dir / "pause.oci.tar"))
+        for archive in self.node_images:
+            node.import_image(Path(archive))
+        kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", self.server, pki,
+                                            certs.node_client(pki, node.name))
+        for port in ("kubelet", "kubelet_healthz"):
+            self.ports[port + node.suffix] = free_port()
+        dns = realnode.RealNode(self.state_dir).addresses()["node_ip"]
+        config = node.kubelet_config(self.ports, addr["node_ip"], pki.ca, dns_ip=dns)
+        self._spawn(f"kubelet{node.suffix}", node.kubelet_args(config, kubeconfig,
+                                                               addr["node_ip"]),
+                    exe=node_bin / "kubelet")
+        self._wait_real_node_ready(node.name, deadline)
+        return node
 
     def _start_kube_proxy(self, exe: Path, pki: certs.PKI, addr: dict[str, str],
                           deadline: float) -> None:
@@ -415,7 +482,7 @@ class LocalCluster:
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              start_new_session=True)
 
-    def _wait_real_node_ready(self, deadline: float) -> None:
+    def _wait_real_node_ready(self, name: str, deadline: float) -> None:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
@@ -423,15 +490,15 @@ class LocalCluster:
         while time.monotonic() < deadline:
             self.check()
             try:
-                conds = core.read_node(realnode.NODE_NAME).status.conditions or []
+                conds = core.read_node(name).status.conditions or []
                 if any(c.type == "Ready" and c.status == "True" for c in conds):
                     return
             except ApiException as e:
                 if e.status != 404:
                     raise
             time.sleep(0.5)
-        raise DevClusterError(f"node {realnode.NODE_NAME} not Ready; "
-                              f"see {self.log_dir}/kubelet.log")
+        log = "kubelet" + name.removeprefix(realnode.NODE_NAME)
+        raise DevClusterError(f"node {name} not Ready; see {self.log_dir}/{log}.log")
 
     # ---- readiness -----------------------------------------------------------------------------
     def _ssl_context(self) -> ssl.SSLContext:

@@ -16,6 +16,14 @@ bridge. The node is tainted `chexflow.io/real-node=true:NoSchedule` and
 labelled `chexflow.io/node=real`: only pods that tolerate the taint and select the label land on
 it (or every pod of a namespace annotated with namespace_annotations()), and GPU-shaped pods
 (nvidia.com/gpu) cannot, as it has none.
+
+A cluster may have more real nodes (`index` 1, 2, ...: `chexflow-node-2`, folder `node-2/`), each
+with its own containerd, kubelet, bridge and /24. Their pods route the other nodes' /24s through
+their own node address, and the host forwards between the bridges (IP forwarding, no NAT), so
+pod-to-pod traffic crosses nodes as on a real network. CoreDNS runs on the first node only and
+serves them all. An extra node also carries EXTRA_NODE_TAINT: only pods that tolerate it (or the
+namespaces annotated with namespace_annotations(extra_nodes=True)) land there, so tests that
+expect one real node keep it.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from chexflow.errors import ChexflowError
 NODE_NAME = "chexflow-node"
 NODE_LABEL = ("chexflow.io/node", "real")
 NODE_TAINT = {"key": "chexflow.io/real-node", "value": "true", "effect": "NoSchedule"}
+EXTRA_NODE_TAINT = {"key": "chexflow.io/extra-real-node", "value": "true", "effect": "NoSchedule"}
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 POD_SUPERNET = ipaddress.ip_network("198.18.0.0/17")
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "chexflow.local/pause:3.10"
@@ -54,9 +64,9 @@ class RealNodeError(ChexflowError):
     """The real node could not start (missing packages, root, address) or clean up."""
 
 
-def pod_toleration() -> dict:
-    """The toleration a pod needs to run on the real node."""
-    return {**NODE_TAINT, "operator": "Equal"}
+def pod_toleration(taint: dict = NODE_TAINT) -> dict:
+    """The toleration a pod needs to run on the real node (or past another of its taints)."""
+    return {**taint, "operator": "Equal"}
 
 
 def node_selector() -> dict[str, str]:
@@ -64,12 +74,20 @@ def node_selector() -> dict[str, str]:
     return dict([NODE_LABEL])
 
 
-def namespace_annotations() -> dict[str, str]:
+def namespace_annotations(extra_nodes: bool = False) -> dict[str, str]:
     """Annotations that send every pod of a namespace to the real node, through the
     apiserver's PodNodeSelector and PodTolerationRestriction admission plugins: jobs rendered
-    for any cluster run there unchanged."""
+    for any cluster run there unchanged. `extra_nodes`: to any of the real nodes."""
+    tolerations = [pod_toleration()] + ([pod_toleration(EXTRA_NODE_TAINT)] if extra_nodes else [])
     return {"scheduler.alpha.kubernetes.io/node-selector": "=".join(NODE_LABEL),
-            "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps([pod_toleration()])}
+            "scheduler.alpha.kubernetes.io/defaultTolerations": json.dumps(tolerations)}
+
+
+def enable_ip_forwarding() -> None:
+    """Let the host forward between the real nodes' bridges (as kubeadm's preflight requires);
+    pods have routes to the nodes' /24s only, so nothing goes off the machine."""
+    if IP_FORWARD.read_text().strip() != "1":
+        IP_FORWARD.write_text("1")
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -101,18 +119,33 @@ def check_requirements() -> None:
 
 @dataclass
 class RealNode:
-    """The real node of the cluster whose state folder is `state_dir`."""
+    """Real node `index` (0: the first) of the cluster whose state folder is `state_dir`."""
 
     state_dir: Path
+    index: int = 0
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
-        self.id = hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+        key = str(self.state_dir) + (f"#{self.index}" if self.index else "")
+        self.id = hashlib.sha256(key.encode()).hexdigest()[:8]
 
     # ---- names and paths -----------------------------------------------------------------------
     @property
+    def suffix(self) -> str:
+        """"" for the first node, "-2", "-3", ... for the others (names, folders, processes)."""
+        return f"-{self.index + 1}" if self.index else ""
+
+    @property
+    def name(self) -> str:
+        return NODE_NAME + self.suffix
+
+    @property
+    def taints(self) -> list[dict]:
+        return [NODE_TAINT] + ([EXTRA_NODE_TAINT] if self.index else [])
+
+    @property
     def dir(self) -> Path:
-        return self.state_dir / "node"
+        return self.state_dir / f"node{self.suffix}"
 
     @property
     def bridge(self) -> str:
@@ -141,8 +174,9 @@ class RealNode:
     def address_file(self) -> Path:
         return self.dir / "address.json"
 
-    def addresses(self) -> dict[str, str]:
-        """{"node_ip", "pod_cidr"} recorded at start."""
+    def addresses(self) -> dict:
+        """{"node_ip", "pod_cidr", "routes"} recorded at start (routes: what pods send through
+        the node beyond its /24)."""
         return json.loads(self.address_file.read_text())
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -166,26 +200,39 @@ class RealNode:
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{node_ip}/{net.prefixlen}", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
+        addresses = {"node_ip": node_ip, "pod_cidr": str(net),
+                     "routes": [service_cidr] if service_cidr else []}
+        self.address_file.write_text(json.dumps(addresses))
+        self.write_cni_config()
+        return addresses
+
+    def route_peers(self, peer_cidrs: list[str]) -> None:
+        """Pods started from now on route the other real nodes' pod /24s through this node
+        (containerd reads the CNI config again when it changes)."""
+        addresses = self.addresses()
+        addresses["routes"] = [r for r in addresses["routes"] if r not in peer_cidrs] \
+            + [c for c in peer_cidrs if c != addresses["pod_cidr"]]
+        self.address_file.write_text(json.dumps(addresses))
+        self.write_cni_config()
+
+    def write_cni_config(self) -> None:
+        """The bridge plugin's config: host-local from the /24; no routes but the on-link subnet
+        and the recorded ones (Services, other nodes' pods) through the node; no masquerading."""
+        a = self.addresses()
         cni_dir = self.dir / "cni"
         cni_dir.mkdir(parents=True, exist_ok=True)
-        # host-local allocates from the /24; no routes but the on-link subnet (and the Services
-        # through the node when kube-proxy runs), no masquerading
         (cni_dir / "10-chexflow.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0", "name": f"chexflow-{self.id}",
             "plugins": [
                 {"type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False,
                  "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": str(net),
-                                                               "gateway": node_ip}]],
-                          "routes": ([{"dst": service_cidr, "gw": node_ip}]
-                                     if service_cidr else []),
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": a["pod_cidr"],
+                                                               "gateway": a["node_ip"]}]],
+                          "routes": [{"dst": dst, "gw": a["node_ip"]} for dst in a["routes"]],
                           "dataDir": str(self.dir / "cni-ipam")}},
                 {"type": "loopback"},
             ],
         }, indent=2))
-        addresses = {"node_ip": node_ip, "pod_cidr": str(net)}
-        self.address_file.write_text(json.dumps(addresses))
-        return addresses
 
     def containerd_config(self) -> Path:
         """containerd 1.6 (CRI) with its root, state, socket and CNI config under dir/."""
@@ -227,23 +274,26 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         path.write_text(text)
         return path
 
-    def kubelet_config(self, ports: dict[str, int], node_ip: str, ca: Path) -> Path:
-        """KubeletConfiguration: cgroup v1 + cgroupfs, the taint, DNS at the node address."""
+    def kubelet_config(self, ports: dict[str, int], node_ip: str, ca: Path,
+                       dns_ip: str | None = None) -> Path:
+        """KubeletConfiguration: cgroup v1 + cgroupfs, the taints, DNS at `dns_ip` (the first
+        node's address, where CoreDNS listens; default this node's)."""
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "address": node_ip, "port": ports["kubelet"], "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": ports["kubelet_healthz"],
+            "address": node_ip, "port": ports["kubelet" + self.suffix], "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": ports["kubelet_healthz" + self.suffix],
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                                "x509": {"clientCAFile": str(ca)}},
             "authorization": {"mode": "AlwaysAllow"},
             "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
             "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": self.cgroup_root,
-            "clusterDNS": [node_ip], "clusterDomain": CLUSTER_DOMAIN,
+            "clusterDNS": [dns_ip or node_ip], "clusterDomain": CLUSTER_DOMAIN,
             "resolvConf": str(self.dir / "resolv.conf"),
             # not the shared /var/log/pods: a kubelet's garbage collector deletes the folders
             # of pods it does not know, so side-by-side nodes deleted each other's logs
             "podLogsDir": str(self.dir / "pod-logs"),
-            "registerWithTaints": [NODE_TAINT],
+            "registerWithTaints": self.taints,
             "failSwapOn": False, "maxPods": 32, "serializeImagePulls": False,
             "makeIPTablesUtilChains": False,
             # images are loaded by hand (no registry): never garbage-collect them
@@ -261,7 +311,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     def kubelet_args(self, config: Path, kubeconfig: Path, node_ip: str) -> list[str]:
         return [f"--config={config}", f"--kubeconfig={kubeconfig}",
                 f"--root-dir={self.kubelet_dir}", f"--cert-dir={self.dir / 'kubelet-pki'}",
-                f"--hostname-override={NODE_NAME}", f"--node-ip={node_ip}",
+                f"--hostname-override={self.name}", f"--node-ip={node_ip}",
                 f"--node-labels={'='.join(NODE_LABEL)}", "--v=1"]
 
     def corefile(self, ports: dict[str, int], node_ip: str, kubeconfig: Path) -> Path:
@@ -383,6 +433,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                     d.rmdir()
             with contextlib.suppress(OSError):
                 top.rmdir()
+
+
+def all_nodes(state_dir: Path) -> list[RealNode]:
+    """The real nodes whose folders exist under `state_dir`, first node first."""
+    found = []
+    for index in range(64):
+        node = RealNode(state_dir, index)
+        if not node.dir.exists():
+            break
+        found.append(node)
+    return found
 
 
 def pause_archive(pause_bin: Path, out: Path) -> Path:

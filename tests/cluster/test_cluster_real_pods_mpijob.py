@@ -1,27 +1,75 @@
 """An MPIJob rendered by `chexflow mpijob render` trains DenseNet-121 with Horovod across two
-real worker pods: the launcher's mpirun reaches the workers' sshd (non-root user, port 2222)
-through the hostfile's cluster DNS names."""
+real worker pods on two real nodes: a second containerd + kubelet + bridge is added to the
+session's cluster, the workers must land on different nodes (required pod anti-affinity on the
+hostname), the launcher's mpirun reaches each worker's sshd (non-root user, port 2222) by its
+hostfile name through the cluster DNS, and the ranks' allreduce crosses from one node's bridge
+to the other's through the host."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
 
+from chexflow.devcluster import realnode
 from chexflow.envs import REPO_ROOT
+from tests.cluster.conftest import hostpath_claim
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
 CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
+JOB_LABEL = "training.kubeflow.org/job-name"
+ROLE_LABEL = "training.kubeflow.org/job-role"
 
 
-def _wait_finished(custom, ns: str, name: str, timeout: float) -> dict:
+@pytest.fixture(scope="module")
+def second_node(k8s_cluster, trainer_image) -> realnode.RealNode:
+    """A second real node on the session cluster, with the trainer image loaded. It carries
+    realnode.EXTRA_NODE_TAINT, so the other tests' pods never land there."""
+    from chexflow.devcluster.images import build_image
+
+    node = k8s_cluster.add_real_node(timeout=180)
+    node.import_image(build_image("trainer").archive)  # cached: the trainer_image build
+    return node
+
+
+@pytest.fixture
+def two_node_namespace(k8s_api, second_node, tmp_path) -> Iterator[tuple[str, Path]]:
+    """A namespace whose pods go to either real node, with a PVC `data` on a host folder (one
+    host, so the same hostPath is there on both nodes)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_api)
+    ns = f"t-two-nodes-{uuid.uuid4().hex[:5]}"
+    core.create_namespace({"metadata": {
+        "name": ns, "annotations": realnode.namespace_annotations(extra_nodes=True)}})
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o777)  # the image's user (uid 1000) writes here
+    pv = hostpath_claim(core, ns, "data", data)
+    yield ns, data
+    core.delete_namespace(ns)
+    core.delete_persistent_volume(pv)
+
+
+def _wait_finished(custom, core, ns: str, name: str, timeout: float,
+                   workers: dict[str, tuple[str, str]]) -> dict:
+    """The MPIJob's finished condition; meanwhile `workers` gets each worker pod's node and
+    address (cleanPodPolicy Running deletes the workers when the job ends)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        for pod in core.list_namespaced_pod(
+                ns, label_selector=f"{JOB_LABEL}={name},{ROLE_LABEL}=worker").items:
+            if pod.status.pod_ip:
+                workers[pod.metadata.name] = (pod.spec.node_name, pod.status.pod_ip)
         job = custom.get_namespaced_custom_object("kubeflow.org", "v2beta1", ns, "mpijobs", name)
         for cond in job.get("status", {}).get("conditions", []):
             if cond["type"] in ("Succeeded", "Failed") and cond["status"] == "True":
@@ -30,11 +78,11 @@ def _wait_finished(custom, ns: str, name: str, timeout: float) -> dict:
     raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout:.0f} s: {job}")
 
 
-def test_mpijob_trains_densenet_on_two_real_worker_pods(k8s_api, real_namespace, trainer_image):
+def test_mpijob_workers_on_two_real_nodes_train_with_horovod_size_2(
+        k8s_api, two_node_namespace, trainer_image, second_node):
     from kubernetes import client
 
-    ns, data = real_namespace
-    # enough positives of every class in a large validation split: val_auroc is defined
+    ns, data = two_node_namespace
     for cmd in (["data", "synth", "--out", str(data / "raw"), "--images", "64", "--size", "64",
                  "--min-prevalence", "0.3"],
                 ["preprocess", "--csv", str(data / "raw" / "Data_Entry_2017.csv"), "--images",
@@ -42,26 +90,34 @@ def test_mpijob_trains_densenet_on_two_real_worker_pods(k8s_api, real_namespace,
                  "--image-size", "64", "--split", "50/40/10"]):
         subprocess.run([*CHEXFLOW, *cmd], check=True, cwd=REPO_ROOT, capture_output=True)
     rendered = subprocess.run(
-        [*CHEXFLOW, "mpijob", "render", "--name", "train", "--namespace", ns, "--workers", "2",
+        [*CHEXFLOW, "mpijob", "render", "--name", "spread", "--namespace", ns, "--workers", "2",
          "--gpus-per-worker", "0", "--cpu", "750m", "--memory", "3Gi", "--pvc", "data",
          "--mount-path", "/data", "--image", trainer_image, "--timeout", "900", "--",
          "chexflow", "train", "--launcher", "none", "--data", "/data/tfrecords",
          "--out", "/data/run", "--model", "densenet121", "--image-size", "64",
          "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--threads", "1"],
         check=True, cwd=REPO_ROOT, capture_output=True, text=True).stdout
+    job = yaml.safe_load(rendered)
+    # one worker per node, as a GPU job's whole-node requests would place them
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {JOB_LABEL: "spread", ROLE_LABEL: "worker"}},
+            "topologyKey": "kubernetes.io/hostname"}]}}
     custom = client.CustomObjectsApi(k8s_api)
     core = client.CoreV1Api(k8s_api)
-    custom.create_namespaced_custom_object("kubeflow.org", "v2beta1", ns, "mpijobs",
-                                           yaml.safe_load(rendered))
-    cond = _wait_finished(custom, ns, "train", timeout=900)
+    custom.create_namespaced_custom_object("kubeflow.org", "v2beta1", ns, "mpijobs", job)
+    workers: dict[str, tuple[str, str]] = {}
+    cond = _wait_finished(custom, core, ns, "spread", 900, workers)
     launcher = core.list_namespaced_pod(
-        ns, label_selector="training.kubeflow.org/job-name=train,"
-                           "training.kubeflow.org/job-role=launcher").items[0]
+        ns, label_selector=f"{JOB_LABEL}=spread,{ROLE_LABEL}=launcher").items[0]
     log = core.read_namespaced_pod_log(launcher.metadata.name, ns)
     assert cond["type"] == "Succeeded", f"{cond}\n{log[-3000:]}"
-    assert launcher.spec.node_name == "chexflow-node"
-    # Horovod size 2: one rank in each worker pod, started by mpirun over ssh
+    assert {node for node, _ in workers.values()} == {realnode.NODE_NAME, second_node.name}
+    # each worker's address is in its own node's /24: the ranks' traffic crossed the host
+    cidrs = {n.name: ipaddress.ip_network(n.addresses()["pod_cidr"])
+             for n in realnode.all_nodes(second_node.state_dir)}
+    for node, ip in workers.values():
+        assert ipaddress.ip_address(ip) in cidrs[node], workers
     metrics = json.loads((data / "run" / "metrics.json").read_text())
     assert metrics["workers"] == 2 and metrics["model"] == "densenet121", metrics
-    assert 0 <= metrics["val_auroc"] <= 1, metrics
     assert f"val_auroc={metrics['val_auroc']:.6g}" in log
