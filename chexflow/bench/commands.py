@@ -9,7 +9,8 @@ from pathlib import Path
 
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
-ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack")
+ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack",
+              "contention")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +66,14 @@ def run_bench(args: argparse.Namespace) -> int:
     quick = args.quick
     repeats = args.repeats or (1 if quick else 3)
     wanted = args.only or COMPARISONS
+    if "contention" in wanted:  # its own clusters and report (chexflow.bench.contention)
+        from chexflow.bench import contention
+
+        small = ["--nodes", "24", "--run-seconds", "10", "20", "--fit-jobs", "5"] if quick else []
+        code = contention.main(["--out", str(out / "contention"), *small])
+        wanted = [w for w in wanted if w != "contention"]
+        if not wanted:
+            return code
     # CPU sizes: 64 px keeps DenseNet-121 at a useful number of steps on 2 cores.
     size, batch, steps = (32, 4, 4) if quick else (64, 16, 30)
     results = []

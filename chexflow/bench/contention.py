@@ -1,0 +1,360 @@
+"""The contention study: a stream of MPIJobs whose demand exceeds the cluster's GPUs, run under
+each admission policy on a fresh local control plane with 1,000 kwok nodes x 8 GPUs.
+
+Policies:
+- `default`: kube-scheduler places each pod on its own; workers of many jobs can hold GPUs while
+  none of those jobs has all of its workers (partial placement);
+- `coscheduling`: scheduler-plugins' coscheduling scheduler, mpi-operator making a PodGroup per
+  MPIJob (`--gang-scheduling`): a job's workers are placed all together or not at all;
+- `kueue`: Kueue admits a whole MPIJob (unsuspends it) when its ClusterQueue has quota for all of
+  it; until then it waits suspended, holding nothing.
+
+The stream (seeded): jobs from several namespaces, 1-16 workers x 8 GPUs (one whole node each),
+each "running" for a set time once all its workers are up: the launcher (created when the workers
+are ready, launcherCreationPolicy WaitForWorkersReady) carries kwok's
+`pod-complete.stage.kwok.x-k8s.io/delay`, so kwok ends it after that long and mpi-operator marks
+the MPIJob Succeeded and deletes its workers. Every job arrives within the first seconds; their
+GPUs add up to `demand` x the cluster's.
+
+Measured per policy, from samples of the pods every `sample_s` seconds: GPUs held by bound
+workers, GPUs doing work (jobs whose launcher runs), their difference integrated over time (GPU
+time held by jobs that cannot start), jobs partially placed, time to drain the stream (or the
+deadlock: nothing runs, nothing changes for `stall_s`, jobs remain); then the control plane's
+time from creating 100 MPIJobs that fit to all their workers Running.
+
+    .venv/bin/python -m chexflow.bench.contention --out runs/bench-contention
+writes contention.json, contention.png and contention.md there. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from chexflow.bench.core import machine
+from chexflow.devcluster import nodes as kwok_nodes
+from chexflow.devcluster.controlplane import LocalCluster
+
+GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
+POLICIES = ("default", "coscheduling", "kueue")
+JOB_LABEL = "training.kubeflow.org/job-name"
+ROLE_LABEL = "training.kubeflow.org/job-role"
+KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+SIZES = (1, 2, 4, 8, 16)  # workers per job, one whole node (8 GPUs) each
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    name: str
+    namespace: str
+    workers: int
+    run_seconds: int
+
+
+def plan_stream(nodes: int, gpus_per_node: int, demand: float = 1.5, namespaces: int = 4,
+                run_seconds: tuple[int, int] = (30, 90), seed: int = 0) -> list[PlannedJob]:
+    """Jobs until their GPUs reach `demand` x the cluster's, sizes drawn from SIZES."""
+    rng = random.Random(seed)
+    jobs: list[PlannedJob] = []
+    gpus = 0
+    while gpus < demand * nodes * gpus_per_node:
+        workers = min(rng.choice(SIZES), nodes)
+        jobs.append(PlannedJob(f"job-{len(jobs):04d}", f"team-{len(jobs) % namespaces}",
+                               workers, rng.randint(*run_seconds)))
+        gpus += workers * gpus_per_node
+    return jobs
+
+
+def stream_mpijob(job: PlannedJob, gpus_per_node: int, policy: str,
+                  hold: bool = False) -> dict:
+    """The MPIJob of `job` under `policy`: workers take a whole node's GPUs; the launcher is
+    made once they are ready and kwok ends it after run_seconds (or keeps it, with `hold`)."""
+    launcher_meta: dict = ({"labels": {kwok_nodes.HOLD_LABEL: "true"}} if hold else
+                           {"annotations": {KWOK_DELAY: f"{job.run_seconds}s"}})
+
+    def template(role: str, meta: dict, limits: dict) -> dict:
+        return {"metadata": meta,
+                "spec": {"containers": [{"name": role, "image": "chexflow-trainer:bench",
+                                         "resources": {"limits": limits}}]}}
+
+    run_policy: dict = {"cleanPodPolicy": "All"}
+    if policy == "coscheduling":  # the workers are the gang; the launcher comes after them
+        run_policy["schedulingPolicy"] = {"minAvailable": job.workers}
+    metadata: dict = {"name": job.name, "namespace": job.namespace}
+    if policy == "kueue":
+        from chexflow.devcluster import kueue
+
+        metadata["labels"] = {kueue.QUEUE_LABEL: kueue.CLUSTER_QUEUE}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "MPIJob", "metadata": metadata,
+        "spec": {
+            "slotsPerWorker": gpus_per_node, "runPolicy": run_policy,
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": template(
+                    "launcher", launcher_meta, {"cpu": "1"})},
+                "Worker": {"replicas": job.workers, "template": template(
+                    "worker", {}, {kwok_nodes.GPU_RESOURCE: gpus_per_node, "cpu": "1"})},
+            },
+        },
+    }
+
+
+@dataclass
+class Sample:
+    t: float
+    held_gpus: int  # GPUs of bound, live worker pods
+    working_gpus: int  # GPUs of jobs whose launcher runs
+    partial_jobs: int  # jobs with some but not all workers bound
+    finished: int
+
+
+def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sample:
+    """One look at every stream job's pods and conditions."""
+    from kubernetes import client
+
+    bound: dict[str, int] = defaultdict(int)
+    launcher_running: set[str] = set()
+    for pod in client.CoreV1Api(api).list_pod_for_all_namespaces(
+            label_selector=ROLE_LABEL, resource_version="0").items:
+        job = (pod.metadata.labels or {}).get(JOB_LABEL)
+        if job not in plan or pod.metadata.deletion_timestamp:
+            continue
+        role = pod.metadata.labels[ROLE_LABEL]
+        if role == "worker" and pod.spec.node_name and pod.status.phase in ("Pending", "Running"):
+            bound[job] += 1
+        elif role == "launcher" and pod.status.phase == "Running":
+            launcher_running.add(job)
+    finished = 0
+    for item in client.CustomObjectsApi(api).list_cluster_custom_object(
+            GROUP, VERSION, PLURAL)["items"]:
+        if item["metadata"]["name"] in plan and any(
+                c["type"] == "Succeeded" and c["status"] == "True"
+                for c in (item.get("status") or {}).get("conditions") or []):
+            finished += 1
+    held = sum(bound.values()) * gpus_per_node
+    working = sum(plan[j].workers for j in launcher_running) * gpus_per_node
+    partial = sum(1 for j, n in bound.items() if 0 < n < plan[j].workers)
+    return Sample(round(t, 2), held, working, partial, finished)
+
+
+def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJob],
+               sample_s: float, stall_s: float, timeout: float, fit_jobs: int,
+               state_dir: Path) -> dict:
+    """One policy on a fresh cluster: the stream until drained or deadlocked, then the
+    create-to-Running time of `fit_jobs` MPIJobs that fit."""
+    from kubernetes import client
+
+    t0 = time.monotonic()
+    cluster = LocalCluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node,
+                           die_with_parent=True, **policy_options(policy))
+    with cluster:
+        result: dict = {"policy": policy, "cluster_start_s": round(time.monotonic() - t0, 1)}
+        api = cluster.api_client()
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        namespaces = sorted({j.namespace for j in jobs} | {"fit"})
+        for ns in namespaces:
+            core.create_namespace({"metadata": {"name": ns}})
+            if policy == "kueue":
+                from chexflow.devcluster import kueue
+
+                kueue.create_local_queue(api, ns)
+        plan = {j.name: j for j in jobs}
+        start = time.monotonic()
+        submit(custom, [stream_mpijob(j, gpus_per_node, policy) for j in jobs])
+        result["submit_s"] = round(time.monotonic() - start, 1)
+        samples = watch_stream(api, cluster, plan, gpus_per_node, start, sample_s, stall_s,
+                               timeout)
+        result.update(summarize(samples, len(jobs), nodes * gpus_per_node, sample_s))
+        result["samples"] = [asdict(s) for s in samples]
+        delete_all(custom, namespaces)
+        result["fit_all_running_s"] = time_fit_jobs(api, custom, policy, fit_jobs, nodes,
+                                                    gpus_per_node, timeout)
+        cluster.check()
+    return result
+
+
+def policy_options(policy: str) -> dict:
+    """LocalCluster options for `policy` (the components it needs beside the default ones)."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+    return {"default": {}, "coscheduling": {"coscheduling": True}, "kueue": {"kueue": True}}[policy]
+
+
+def submit(custom, objects: list[dict]) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda o: custom.create_namespaced_custom_object(
+            GROUP, VERSION, o["metadata"]["namespace"], PLURAL, o), objects))
+
+
+def watch_stream(api, cluster: LocalCluster, plan: dict[str, PlannedJob], gpus_per_node: int,
+                 start: float, sample_s: float, stall_s: float, timeout: float) -> list[Sample]:
+    """Samples until every job finished, or nothing has run nor changed for stall_s."""
+    samples: list[Sample] = []
+    last_change = start
+    while True:
+        s = sample(api, plan, gpus_per_node, time.monotonic() - start)
+        if samples and (s.held_gpus, s.working_gpus, s.finished) != (
+                samples[-1].held_gpus, samples[-1].working_gpus, samples[-1].finished):
+            last_change = time.monotonic()
+        samples.append(s)
+        print(f"  {s.t:7.1f} s  finished {s.finished:4d}/{len(plan)}  GPUs held {s.held_gpus:5d}"
+              f"  working {s.working_gpus:5d}  partial jobs {s.partial_jobs:3d}", flush=True)
+        if s.finished == len(plan):
+            return samples
+        if s.working_gpus == 0 and time.monotonic() - last_change >= stall_s:
+            return samples  # deadlocked: summarize reports it
+        if time.monotonic() - start > timeout:
+            return samples
+        cluster.check()
+        time.sleep(sample_s)
+
+
+def summarize(samples: list[Sample], jobs: int, capacity: int, sample_s: float) -> dict:
+    """The figures of one policy's stream."""
+    last = samples[-1]
+    idle_held = sum((b.t - a.t) * (a.held_gpus - a.working_gpus)
+                    for a, b in zip(samples, samples[1:], strict=False))
+    busy = [s for s in samples if s.finished < jobs]
+    drained = last.finished == jobs
+    return {
+        "jobs": jobs, "finished": last.finished, "drained": drained,
+        "drain_s": last.t if drained else None,
+        "deadlocked_jobs": 0 if drained else last.partial_jobs,
+        "stalled_with_gpus_held": 0 if drained else last.held_gpus,
+        "max_partial_jobs": max(s.partial_jobs for s in samples),
+        "gpu_seconds_held_by_jobs_not_running": round(idle_held),
+        "mean_utilisation_while_backlogged": round(
+            sum(s.working_gpus for s in busy) / (len(busy) * capacity), 3) if busy else None,
+        "mean_held_while_backlogged": round(
+            sum(s.held_gpus for s in busy) / (len(busy) * capacity), 3) if busy else None,
+    }
+
+
+def delete_all(custom, namespaces: list[str], timeout: float = 300) -> None:
+    """Delete every MPIJob of the stream and wait until their pods are gone."""
+    from kubernetes import client
+
+    for ns in namespaces:
+        custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
+    core = client.CoreV1Api(custom.api_client)
+    deadline = time.monotonic() + timeout
+    while core.list_pod_for_all_namespaces(label_selector=ROLE_LABEL, limit=1).items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"MPIJob pods still there {timeout:.0f} s after deleting them")
+        time.sleep(1)
+
+
+def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_node: int,
+                  timeout: float) -> float:
+    """Seconds from creating `count` 4-worker MPIJobs (all fit; launchers kept running) until
+    every one of them has all its workers Running."""
+    from kubernetes import client
+
+    workers = max(1, min(4, nodes * gpus_per_node // (count * gpus_per_node)))
+    jobs = [PlannedJob(f"fit-{i:04d}", "fit", workers, 0) for i in range(count)]
+    core = client.CoreV1Api(api)
+    start = time.monotonic()
+    submit(custom, [stream_mpijob(j, gpus_per_node, policy, hold=True) for j in jobs])
+    while True:
+        running = sum(1 for p in core.list_namespaced_pod(
+            "fit", label_selector=f"{ROLE_LABEL}=worker", resource_version="0").items
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp)
+        if running >= count * workers:
+            return round(time.monotonic() - start, 1)
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"{running}/{count * workers} workers Running after {timeout} s")
+        time.sleep(0.5)
+
+
+def write_report(results: list[dict], settings: dict, out: Path) -> None:
+    """contention.json, contention.png (GPUs working and held over time per policy) and
+    contention.md (the table) in `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "contention.json").write_text(json.dumps(
+        {"settings": settings, "machine": machine(), "results": results}, indent=2) + "\n")
+    capacity = settings["nodes"] * settings["gpus_per_node"]
+    fig, axes = plt.subplots(len(results), 1, figsize=(7, 2.4 * len(results)), sharex=True,
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], results, strict=True):
+        ts = [s["t"] for s in r["samples"]]
+        ax.plot(ts, [s["working_gpus"] / capacity for s in r["samples"]], label="working")
+        ax.plot(ts, [s["held_gpus"] / capacity for s in r["samples"]], label="held", ls="--")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("share of GPUs")
+        ax.set_title(f"{r['policy']}: " + (f"drained in {r['drain_s']:.0f} s" if r["drained"]
+                     else f"deadlocked, {r['deadlocked_jobs']} jobs partly placed"), fontsize=9)
+        ax.legend(fontsize=8, loc="lower right")
+    axes[-1, 0].set_xlabel("seconds since the stream was submitted")
+    fig.tight_layout()
+    fig.savefig(out / "contention.png", dpi=120)
+    plt.close(fig)
+    (out / "contention.md").write_text(markdown(results, settings))
+
+
+def markdown(results: list[dict], settings: dict) -> str:
+    head = ("| policy | drained in | jobs deadlocked (partly placed) | GPU-hours held by jobs not "
+            "running | GPUs working while backlogged | GPUs held while backlogged | "
+            f"{settings['fit_jobs']} fitting MPIJobs: create to all workers Running |\n"
+            "|---|---|---|---|---|---|---|\n")
+    rows = ""
+    for r in results:
+        drained = f"{r['drain_s']:.0f} s" if r["drained"] else "never"
+        rows += (f"| {r['policy']} | {drained} | {r['deadlocked_jobs']} | "
+                 f"{r['gpu_seconds_held_by_jobs_not_running'] / 3600:.1f} | "
+                 f"{r['mean_utilisation_while_backlogged']:.0%} | "
+                 f"{r['mean_held_while_backlogged']:.0%} | {r['fit_all_running_s']:.1f} s |\n")
+    return (f"{settings['jobs']} MPIJobs ({settings['demand']:.0%} of {settings['nodes']} kwok "
+            f"nodes x {settings['gpus_per_node']} GPUs), job run times "
+            f"{settings['run_seconds'][0]}-{settings['run_seconds'][1]} s, seed "
+            f"{settings['seed']}:\n\n" + head + rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--policies", nargs="+", choices=POLICIES, default=list(POLICIES))
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--demand", type=float, default=1.5,
+                   help="the stream's GPUs over the cluster's (default 1.5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-seconds", type=int, nargs=2, default=(30, 90), metavar=("MIN", "MAX"),
+                   help="each job runs for a time drawn from MIN..MAX once its workers are up")
+    p.add_argument("--sample-s", type=float, default=2.0)
+    p.add_argument("--stall-s", type=float, default=45.0,
+                   help="nothing running nor changing this long, jobs left: deadlock")
+    p.add_argument("--fit-jobs", type=int, default=100)
+    p.add_argument("--timeout", type=float, default=1800)
+    a = p.parse_args(argv)
+    jobs = plan_stream(a.nodes, a.gpus_per_node, a.demand, run_seconds=tuple(a.run_seconds),
+                       seed=a.seed)
+    settings = {"nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "demand": a.demand,
+                "seed": a.seed, "jobs": len(jobs), "fit_jobs": a.fit_jobs,
+                "run_seconds": list(a.run_seconds),
+                "sizes": SIZES, "stall_s": a.stall_s}
+    results = []
+    for policy in a.policies:
+        print(f"{policy}: {len(jobs)} MPIJobs on {a.nodes} nodes", flush=True)
+        with tempfile.TemporaryDirectory(prefix=f"chexflow-contention-{policy}-") as tmp:
+            results.append(run_policy(policy, a.nodes, a.gpus_per_node, jobs, a.sample_s,
+                                      a.stall_s, a.timeout, a.fit_jobs, Path(tmp)))
+        write_report(results, settings, a.out)
+    print((a.out / "contention.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+"""The contention study's stream and MPIJobs (chexflow.bench.contention), without a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from chexflow.bench import contention
+from chexflow.devcluster import nodes
+
+
+def test_the_stream_asks_for_the_demanded_share_of_the_gpus_in_whole_nodes():
+    jobs = contention.plan_stream(nodes=100, gpus_per_node=8, demand=1.5, seed=3)
+    gpus = sum(j.workers for j in jobs) * 8
+    assert 1.5 * 800 <= gpus < 1.5 * 800 + 16 * 8
+    assert {j.workers for j in jobs} <= set(contention.SIZES)
+    assert len({j.namespace for j in jobs}) == 4
+    assert jobs == contention.plan_stream(nodes=100, gpus_per_node=8, demand=1.5, seed=3)
+
+
+def test_each_policy_renders_what_its_admission_reads():
+    job = contention.PlannedJob("job-0001", "team-1", workers=4, run_seconds=42)
+    default = contention.stream_mpijob(job, 8, "default")
+    gang = contention.stream_mpijob(job, 8, "coscheduling")
+    assert "schedulingPolicy" not in default["spec"]["runPolicy"]
+    assert gang["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 4}
+    assert default["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    launcher = default["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    assert launcher["metadata"]["annotations"] == {contention.KWOK_DELAY: "42s"}
+    worker = default["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 4
+    assert worker["template"]["spec"]["containers"][0]["resources"]["limits"][
+        nodes.GPU_RESOURCE] == 8
+    held = contention.stream_mpijob(job, 8, "default", hold=True)
+    assert held["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"] == {
+        "labels": {nodes.HOLD_LABEL: "true"}}
+    with pytest.raises(ValueError, match="policy must be one of"):
+        contention.policy_options("volcano")
+
+
+def test_a_stall_with_gpus_held_is_reported_as_a_deadlock():
+    samples = [contention.Sample(0, 0, 0, 0, 0), contention.Sample(10, 64, 64, 0, 0),
+               contention.Sample(20, 80, 0, 2, 1), contention.Sample(80, 80, 0, 2, 1)]
+    s = contention.summarize(samples, jobs=3, capacity=80, sample_s=10)
+    assert not s["drained"] and s["drain_s"] is None
+    assert s["deadlocked_jobs"] == 2 and s["stalled_with_gpus_held"] == 80
+    assert s["gpu_seconds_held_by_jobs_not_running"] == 80 * 60
