@@ -10,6 +10,7 @@ from chexflow.pipelines.common import (
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
     MOUNT_PATH,
+    cluster_parameters,
     job_target,
     on_cluster,
 )
@@ -23,6 +24,7 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
 
     @dsl.pipeline(name=NAME, description="CheXNet-style training with Horovod: preprocess, "
                   "train as an MPIJob, evaluate test AUROC, report.")
+    @cluster_parameters
     def chexnet_train(
         raw_dir: str,
         work_root: str = DEFAULT_WORK_ROOT,
@@ -49,16 +51,8 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
         seed: int = 0,
         bootstrap: int = 1000,
         timeout_seconds: int = 86400,
-        node_selector: dict = {},  # noqa: B006 - a KFP pipeline parameter default
-        tolerations: list = [],  # noqa: B006
-        priority_class: str = "",
-        image_pull_secrets: list = [],  # noqa: B006
-        gang_scheduling: bool = False,
-        queue: str = "",
+        **cluster,  # node_selector, tolerations, ...: ClusterOptions' pipeline parameters
     ):
-        cluster = dict(node_selector=node_selector, tolerations=tolerations,
-                       priority_class=priority_class, image_pull_secrets=image_pull_secrets,
-                       gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                             timeout_seconds, mount_path=mount_path, **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),

@@ -16,6 +16,7 @@ from chexflow.pipelines.common import (
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
     MOUNT_PATH,
+    cluster_parameters,
     job_target,
     on_cluster,
 )
@@ -26,6 +27,7 @@ NAME = "scaling-study"
 def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH):
     @dsl.pipeline(name=NAME, description="Horovod throughput and scaling efficiency vs "
                   "workers (ParallelFor over worker counts), as PNG/HTML/Markdown.")
+    @cluster_parameters
     def scaling_study(
         raw_dir: str,
         worker_counts: list = [1, 2, 4, 8],  # noqa: B006 - a KFP pipeline parameter default
@@ -46,16 +48,8 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
         steps_per_epoch: int = 100,
         synthetic_data: bool = True,
         timeout_seconds: int = 7200,
-        node_selector: dict = {},  # noqa: B006 - a KFP pipeline parameter default
-        tolerations: list = [],  # noqa: B006
-        priority_class: str = "",
-        image_pull_secrets: list = [],  # noqa: B006
-        gang_scheduling: bool = False,
-        queue: str = "",
+        **cluster,  # node_selector, tolerations, ...: ClusterOptions' pipeline parameters
     ):
-        cluster = dict(node_selector=node_selector, tolerations=tolerations,
-                       priority_class=priority_class, image_pull_secrets=image_pull_secrets,
-                       gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                             timeout_seconds, mount_path=mount_path, **cluster).output
         prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),

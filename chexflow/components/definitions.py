@@ -28,27 +28,31 @@ def target_op(
     trainer_image: str,
     launcher_image: str,
     timeout_seconds: int,
+    # the pipeline parameters of chexflow.jobs.spec.ClusterOptions, in its order (KFP reads a
+    # component's inputs from this source; tests/test_pipelines_target.py checks them)
     node_selector: dict,
     tolerations: list,
     priority_class: str,
     image_pull_secrets: list,
     gang_scheduling: bool,
     queue: str,
-    mount_path: str = "/mnt/chexflow",
+    mount_path: str = "",
 ) -> dict:
     """Where the run's jobs write (WORK_ROOT/RUN_ID) and run (backend local|kubernetes; for
     kubernetes the namespace, data PVC, images and what the cluster asks of the pods: node
     selector, tolerations, priority class, image pull secrets, gang scheduling; each job's time
-    limit; where the jobs' pods mount the PVC, as the steps do), checked once: the `target`
-    every other step takes."""
+    limit; where the jobs' pods mount the PVC, as the steps do, "" for /mnt/chexflow), checked
+    once: the `target` every other step takes."""
+    given = dict(locals())
     from chexflow.components.steps import Target
+    from chexflow.jobs.spec import ClusterOptions
 
     return Target(
         workdir=f"{work_root}/{run_id}", run_id=run_id, backend=backend, namespace=namespace,
         data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
-        timeout_seconds=timeout_seconds, node_selector=node_selector, tolerations=tolerations,
-        priority_class=priority_class, image_pull_secrets=image_pull_secrets,
-        gang_scheduling=gang_scheduling, queue=queue, mount_path=mount_path,
+        timeout_seconds=timeout_seconds, mount_path=mount_path,
+        cluster=ClusterOptions.from_dict(
+            {name: given[name] for name in ClusterOptions.pipeline_parameters()}),
     ).to_dict()
 
 

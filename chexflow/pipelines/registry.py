@@ -69,8 +69,23 @@ def pipeline_parameters(name: str) -> list[Parameter]:
         ):
             args = node.args.args
             defaults = [None] * (len(args) - len(node.args.defaults)) + node.args.defaults
-            return [_parameter(a, d) for a, d in zip(args, defaults, strict=True)]
+            own = [_parameter(a, d) for a, d in zip(args, defaults, strict=True)]
+            return own + _cluster_parameters(node, path)
     raise ChexflowError(f"{path}: no function decorated with @dsl.pipeline(...)")
+
+
+def _cluster_parameters(node: ast.FunctionDef, path: Path) -> list[Parameter]:
+    """The parameters `@cluster_parameters` gives a `**cluster` function (ClusterOptions')."""
+    from chexflow.jobs.spec import ClusterOptions
+
+    decorated = any(getattr(d, "id", getattr(d, "attr", None)) == "cluster_parameters"
+                    for d in node.decorator_list)
+    if decorated != (node.args.kwarg is not None):
+        raise ChexflowError(f"{path}: {node.name}: @cluster_parameters and **cluster go together")
+    if not decorated:
+        return []
+    return [Parameter(name, typ.__name__, required=False, default=default)
+            for name, (typ, default) in ClusterOptions.pipeline_parameters().items()]
 
 
 def _parameter(arg: ast.arg, default: ast.expr | None) -> Parameter:
