@@ -82,6 +82,14 @@ def preprocess_op(
 def train_op(
     data_dir: str,
     workers: int,
+    gpus_per_worker: int,
+    slots_per_worker: int,
+    cpu_per_worker: str,
+    memory_per_worker: str,
+    target: dict,
+    hparams_json: str,
+    metrics: Output[Metrics],
+    # TrainOptions fields (chexflow.train.options; tests/test_train_options.py checks them)
     model: str,
     epochs: int,
     batch_size: int,
@@ -92,13 +100,6 @@ def train_op(
     validation_steps: int,
     synthetic_data: bool,
     seed: int,
-    gpus_per_worker: int,
-    slots_per_worker: int,
-    cpu_per_worker: str,
-    memory_per_worker: str,
-    target: dict,
-    hparams_json: str,
-    metrics: Output[Metrics],
     threads: int = 0,
     lr_schedule: str = "plateau",
     bn_momentum: float = 0.99,
@@ -106,25 +107,19 @@ def train_op(
 ) -> NamedTuple("TrainOutputs", [("model_path", str), ("summary", str)]):  # noqa: UP014
     """Horovod training as an MPIJob (or horovodrun locally); logs throughput and val AUROC.
     slots_per_worker 0: one rank per GPU; cpu/memory_per_worker "": a share per GPU (per rank
-    without GPUs); threads: TensorFlow threads per worker on hosts without a GPU (0: cores /
-    ranks on the host); lr_schedule, bn_momentum: chexflow train's --lr-schedule and
-    --bn-momentum; flip false: its --no-flip."""
+    without GPUs). The other inputs are `chexflow train`'s options (TrainOptions: threads,
+    lr_schedule, bn_momentum, ...; 0 for an unset steps_per_epoch, validation_steps or
+    threads), `flip` false its --no-flip; hparams_json overrides them with tuned values."""
+    given = dict(locals())
     import json
     from collections import namedtuple
 
-    from chexflow.components.steps import Target, apply_hparams, train_step
-    from chexflow.train.options import TrainOptions
+    from chexflow.components.steps import Target, apply_hparams, train_options, train_step
 
     job_target = Target.from_dict(target, gpus_per_worker=gpus_per_worker,
                                   slots_per_worker=slots_per_worker, cpu=cpu_per_worker,
                                   memory=memory_per_worker)
-    options = apply_hparams(TrainOptions(
-        model=model, epochs=epochs, batch_size=batch_size, lr=lr, image_size=image_size,
-        weights=weights, steps_per_epoch=steps_per_epoch or None,  # 0: the worker's default
-        validation_steps=validation_steps or None, synthetic_data=synthetic_data, seed=seed,
-        threads=threads or None, lr_schedule=lr_schedule, bn_momentum=bn_momentum,
-        no_flip=not flip,
-    ), hparams_json)
+    options = apply_hparams(train_options(given), hparams_json)
     m = train_step(data_dir, workers, options, job_target)
     for key in ("workers", "processes", "batch_size_per_worker", "global_batch_size",
                 "images_per_sec", "images_per_sec_std", "jitter", "step_time_ms", "val_auroc",

@@ -165,6 +165,29 @@ def preprocess_step(raw_dir: str, image_size: int, target: Target) -> str:
     return str(out)
 
 
+# train_op's inputs that are not TrainOptions fields: the job's shape, the target, the tuned
+# values, the Metrics output, and `flip` (a pipeline parameter reads better than no_flip).
+TRAIN_OP_JOB_INPUTS = ("data_dir", "workers", "gpus_per_worker", "slots_per_worker",
+                       "cpu_per_worker", "memory_per_worker", "target", "hparams_json", "metrics")
+
+
+def train_options(inputs: dict[str, Any]) -> TrainOptions:
+    """train_op's inputs as one TrainOptions: those named as its fields, 0 standing for an
+    unset optional one (a default of None: KFP parameters have no None), `flip` for not
+    `no_flip`; the job's inputs (TRAIN_OP_JOB_INPUTS) are left out."""
+    defaults = TrainOptions()
+    values = {}
+    for name, value in inputs.items():
+        if name == "flip":
+            values["no_flip"] = not value
+        elif name in TrainOptions.names():
+            values[name] = None if getattr(defaults, name) is None and not value else value
+        elif name not in TRAIN_OP_JOB_INPUTS:
+            raise StepError(f"train_op input {name!r}: not a TrainOptions field nor one of "
+                            f"{', '.join(TRAIN_OP_JOB_INPUTS)}")
+    return TrainOptions(**values)
+
+
 def apply_hparams(options: TrainOptions, hparams_json: str) -> TrainOptions:
     """Override train options with tuned values ({"lr": 0.001, "batch-size": 16, ...})."""
     if not hparams_json:
