@@ -23,6 +23,11 @@ from chexflow.pipelines.common import (
 
 NAME = "scaling-study"
 
+# `chexflow run`'s settings for this pipeline where the signature's (a cluster's) are not
+# small: they finish in a few minutes on 2 CPU cores.
+RUN_DEFAULTS = {"backend": "local", "worker_counts": [1, 2], "gpus_per_worker": 0,
+                "batch_size": 8, "image_size": 64, "steps_per_epoch": 8, "timeout_seconds": 3600}
+
 
 def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH):
     @dsl.pipeline(name=NAME, description="Horovod throughput and scaling efficiency vs "

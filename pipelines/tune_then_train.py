@@ -19,6 +19,14 @@ from chexflow.pipelines.common import (
 
 NAME = "tune-then-train"
 
+# `chexflow run`'s settings for this pipeline where the signature's (a cluster's) are not
+# small: 2 trials of 1 epoch and the final training of 1 epoch, on 2 CPU cores.
+RUN_DEFAULTS = {"backend": "local", "workers": 1, "gpus_per_worker": 0, "epochs": 1,
+                "image_size": 64, "weights": "none", "bootstrap": 200, "timeout_seconds": 7200,
+                "tune_args": ["--set", "spec.maxTrialCount=2", "--set",
+                              "spec.maxFailedTrialCount=2", "--set", "spec.parallelTrialCount=1",
+                              "--trial-arg", "epochs=1"]}
+
 
 def build(default_trainer_image: str | None = None, default_launcher_image: str | None = None,
           mount_path: str = MOUNT_PATH):
