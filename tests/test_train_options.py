@@ -45,8 +45,15 @@ def test_launcher_parser_has_the_same_options_plus_its_own():
     p = argparse.ArgumentParser()
     add_train_arguments(p, launcher=True)
     args = p.parse_args(["--out", "/o", "--workers", "2", "--weights", "imagenet"])
-    assert args.workers == 2 and args.launcher == "local"
+    assert args.workers == 2 and args.launcher == "horovodrun"
     assert TrainOptions.from_namespace(args) == TrainOptions(out=Path("/o"), weights="imagenet")
+
+
+def test_launcher_local_is_still_accepted_as_horovodrun():
+    p = argparse.ArgumentParser()
+    add_train_arguments(p, launcher=True)
+    assert p.parse_args(["--out", "/o", "--launcher", "local"]).launcher == "horovodrun"
+    assert p.parse_args(["--out", "/o", "--launcher", "none"]).launcher == "none"
 
 
 def test_train_op_takes_trainoptions_fields_with_their_types_and_defaults():
