@@ -88,7 +88,7 @@ def test_jobs_on_kubernetes_need_the_pvc_host_folder_holding_the_run_and_its_dat
 
 
 def test_the_run_arguments_keep_the_pvc_only_for_jobs_on_kubernetes(tmp_path):
-    from chexflow.pipelines.local_run import pipeline_arguments
+    from chexflow.pipelines.kfp_local import pipeline_arguments
 
     local = pipeline_arguments("chexnet-train", tmp_path, tmp_path / "w", {"data_pvc": "d"})
     assert (local["backend"], local["data_pvc"]) == ("local", "")

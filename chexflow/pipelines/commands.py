@@ -189,7 +189,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from chexflow.pipelines.local_run import run_with_kfp_local
+    from chexflow.pipelines.kfp_local import run_with_kfp_local
 
     params = {p.name: p for p in pipeline_parameters(args.pipeline)}
     overrides = {k: getattr(args, k) for k in run_parameters() if getattr(args, k) is not None}
