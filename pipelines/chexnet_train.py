@@ -12,7 +12,7 @@ from chexflow.pipelines.common import (
     MOUNT_PATH,
     cluster_parameters,
     job_target,
-    on_cluster,
+    step_pod,
 )
 
 NAME = "chexnet-train"
@@ -67,9 +67,9 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
     ):
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                             timeout_seconds, mount_path=mount_path, **cluster).output
-        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc, mount_path)
-        train = on_cluster(train_op(
+        prep = step_pod(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                        data_pvc, mount_path)
+        train = step_pod(train_op(
             data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
             batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
             steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
@@ -79,11 +79,11 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
             cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker, target=target,
             hparams_json="",
         ), data_pvc, mount_path)
-        evaluate = on_cluster(evaluate_op(
+        evaluate = step_pod(evaluate_op(
             data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
             bootstrap=bootstrap, target=target,
         ), data_pvc, mount_path)
-        on_cluster(report_op(
+        step_pod(report_op(
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
             title="chexnet-train report",
         ), data_pvc, mount_path)

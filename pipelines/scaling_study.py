@@ -18,7 +18,7 @@ from chexflow.pipelines.common import (
     MOUNT_PATH,
     cluster_parameters,
     job_target,
-    on_cluster,
+    step_pod,
 )
 
 NAME = "scaling-study"
@@ -57,15 +57,15 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
     ):
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                             timeout_seconds, mount_path=mount_path, **cluster).output
-        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc, mount_path)
+        prep = step_pod(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                        data_pvc, mount_path)
         with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
             # raw_dir, not prep's output, and a target made in the loop: kfp.local 2.17 hands a
             # loop body the loop item in place of an output from outside the loop (see
             # chexflow.components.steps.training_data)
             loop_target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                                      timeout_seconds, mount_path=mount_path, **cluster).output
-            train = on_cluster(train_op(
+            train = step_pod(train_op(
                 data_dir=raw_dir, workers=workers, model=model, epochs=epochs,
                 batch_size=batch_size, lr=1e-3, image_size=image_size, weights="none",
                 steps_per_epoch=steps_per_epoch, validation_steps=1,
@@ -74,7 +74,7 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
                 cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker,
                 threads=threads_per_worker, target=loop_target, hparams_json="",
             ), data_pvc, mount_path).after(prep)
-        on_cluster(scaling_report_op(
+        step_pod(scaling_report_op(
             summaries=dsl.Collected(train.outputs["summary"]), target=target,
             title=f"Horovod scaling: {NAME}",
         ), data_pvc, mount_path)

@@ -14,7 +14,7 @@ from chexflow.pipelines.common import (
     MOUNT_PATH,
     cluster_parameters,
     job_target,
-    on_cluster,
+    step_pod,
 )
 
 NAME = "tune-then-train"
@@ -62,13 +62,13 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                             timeout_seconds, launcher_image, mount_path=mount_path,
                             **cluster).output
-        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc, mount_path)
-        tune = on_cluster(tune_op(
+        prep = step_pod(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                        data_pvc, mount_path)
+        tune = step_pod(tune_op(
             spec_path=katib_spec, data_dir=prep.outputs["Output"], model=model,
             image_size=image_size, weights=weights, target=target, tune_args=tune_args,
         ), data_pvc, mount_path)
-        train = on_cluster(train_op(
+        train = step_pod(train_op(
             data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
             batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
             steps_per_epoch=steps_per_epoch, validation_steps=0, synthetic_data=False, seed=0,
@@ -77,11 +77,11 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
             memory_per_worker=memory_per_worker, target=target,
             hparams_json=tune.outputs["Output"],
         ), data_pvc, mount_path)
-        evaluate = on_cluster(evaluate_op(
+        evaluate = step_pod(evaluate_op(
             data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
             bootstrap=bootstrap, target=target,
         ), data_pvc, mount_path)
-        on_cluster(report_op(
+        step_pod(report_op(
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
             title="tune-then-train report",
         ), data_pvc, mount_path)

@@ -21,15 +21,18 @@ COMPONENT_CPU, COMPONENT_MEMORY = "500m", "1Gi"
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 
 
-def on_cluster(task: dsl.PipelineTask, data_pvc, mount_path: str = MOUNT_PATH,
-               cache: bool = False) -> dsl.PipelineTask:
-    """Mount the data PVC at `mount_path` (where the jobs' pods mount it too), size the pod,
-    and (by default) never reuse a cached result: a job's outputs live on the PVC, not in KFP's
-    artifact store."""
+def step_pod(task: dsl.PipelineTask, data_pvc, mount_path: str = MOUNT_PATH,
+             cache: bool = False) -> dsl.PipelineTask:
+    """The step's own pod: the data PVC mounted at `mount_path` (where the jobs' pods mount it
+    too), its size, and (by default) no reuse of a cached result: a job's outputs live on the
+    PVC, not in KFP's artifact store. kfp.local ignores the first two, whatever the backend."""
     kubernetes.mount_pvc(task, pvc_name=data_pvc, mount_path=mount_path)
     task.set_cpu_request(COMPONENT_CPU).set_memory_request(COMPONENT_MEMORY)
     task.set_caching_options(cache)
     return task
+
+
+on_cluster = step_pod  # its old name, for pipeline definitions written against it
 
 
 def cluster_parameters(pipeline_func: Callable) -> Callable:
@@ -60,7 +63,7 @@ def job_target(work_root, backend, namespace, data_pvc, trainer_image, timeout_s
     """The run's job target (checked once), for every later step's `target` input. `cluster`:
     the pipeline's ClusterOptions parameters (`cluster_parameters`). `mount_path` is fixed when
     the pipeline is built (KFP mounts a PVC at a constant path), not a run parameter."""
-    return on_cluster(target_op(
+    return step_pod(target_op(
         work_root=work_root, run_id=RUN_ID, backend=backend, namespace=namespace,
         data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
         timeout_seconds=timeout_seconds, mount_path=mount_path, **cluster,
