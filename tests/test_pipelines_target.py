@@ -7,9 +7,11 @@ import pytest
 
 from chexflow.components.definitions import target_op
 from chexflow.components.steps import StepError, Target
+from chexflow.jobs.spec import ClusterOptions
 
-NO_CLUSTER_SETTINGS = dict(node_selector={}, tolerations=[], priority_class="",
-                           image_pull_secrets=[], gang_scheduling=False, queue="")
+# target-op's cluster inputs at ClusterOptions' defaults
+NO_CLUSTER_SETTINGS = {name: default
+                       for name, (_, default) in ClusterOptions.pipeline_parameters().items()}
 
 
 def test_target_round_trips_through_kfps_number_types():
@@ -78,7 +80,6 @@ def test_the_target_component_takes_clusteroptions_pipeline_parameters_as_stated
 def test_every_pipeline_has_clusteroptions_pipeline_parameters_with_their_defaults():
     """`@cluster_parameters` gives each pipeline ClusterOptions' pipeline parameters, in KFP's
     signature and in what `chexflow run` reads from the definition files."""
-    from chexflow.jobs.spec import ClusterOptions
     from chexflow.pipelines.registry import build, pipeline_names, pipeline_parameters
 
     wanted = ClusterOptions.pipeline_parameters()
