@@ -43,7 +43,7 @@ def target_op(
     selector, tolerations, priority class, image pull secrets, gang scheduling; each job's time
     limit; where the jobs' pods mount the PVC, as the steps do, "" for /mnt/chexflow), checked
     once: the `target` every other step takes."""
-    given = dict(locals())
+    given = dict(locals())  # the inputs by name, before an import adds names
     from chexflow.components.steps import Target
     from chexflow.jobs.spec import ClusterOptions
 
@@ -110,7 +110,7 @@ def train_op(
     without GPUs). The other inputs are `chexflow train`'s options (TrainOptions: threads,
     lr_schedule, bn_momentum, ...; 0 for an unset steps_per_epoch, validation_steps or
     threads), `flip` false its --no-flip; hparams_json overrides them with tuned values."""
-    given = dict(locals())
+    given = dict(locals())  # the inputs by name, before an import adds names
     import json
     from collections import namedtuple
 
