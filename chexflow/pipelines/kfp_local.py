@@ -210,15 +210,19 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_root),
                raise_on_error=True)
     arguments = pipeline_arguments(name, data.resolve(), work_root, overrides)
+    pipeline = build(name, mount_path=str(mount_path) if mount_path else None)
+    # what the pipeline gets: also the defaults the signature states by name (DEFAULT_PVC, ...)
+    effective = {**{k: v.default for k, v in pipeline.component_spec.inputs.items()
+                    if v.default is not None}, **arguments}
     where = "local job backend" if backend == "local" else (
-        f"jobs on Kubernetes, namespace {arguments['namespace']}, PVC {arguments['data_pvc']} "
+        f"jobs on Kubernetes, namespace {effective['namespace']}, PVC {effective['data_pvc']} "
         f"at {mount_path}")
     print(f"run: {name} locally (kfp.local, {where}) in {run_dir}", flush=True)
     console = Console(log_dir, verbose, arguments.get("epochs"))
     started = time.monotonic()
     try:
         with step_logs(console), steps_stopped_by_sigterm() as stopped:
-            build(name, mount_path=str(mount_path) if mount_path else None)(**arguments)
+            pipeline(**arguments)
     except (RuntimeError, Stopped) as e:
         step = console.failed
         how = "stopped by SIGTERM" if stopped else "failed"
