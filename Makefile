@@ -48,7 +48,7 @@ cluster-down:
 	$(VENV)/bin/chexflow cluster down
 
 # The main job: the chexnet-train pipeline run locally (kfp.local) on 400 generated images:
-# DenseNet-121, 2 Horovod workers, 6 epochs (chexflow/pipelines/local_run.py LOCAL_DEFAULTS);
+# DenseNet-121, 2 Horovod workers, 6 epochs (RUN_DEFAULTS in pipelines/chexnet_train.py);
 # prints a line per step and ends with the mean test AUROC beside CheXNet's.
 demo: setup
 	$(VENV)/bin/chexflow run chexnet-train --out $(DEMO_OUT)

@@ -58,7 +58,12 @@ def reexec_in_trainer(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    try:
+        parser = build_parser()  # reads the pipeline definitions for `chexflow run`'s options
+    except ChexflowError as e:
+        print(f"chexflow: error: {e}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
     try:
         needs_trainer = getattr(args, "trainer", False)
         if callable(needs_trainer):

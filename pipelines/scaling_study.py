@@ -16,16 +16,23 @@ from chexflow.pipelines.common import (
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
     MOUNT_PATH,
+    cluster_parameters,
     job_target,
-    on_cluster,
+    step_pod,
 )
 
 NAME = "scaling-study"
+
+# `chexflow run`'s settings for this pipeline where the signature's (a cluster's) are not
+# small: they finish in a few minutes on 2 CPU cores.
+RUN_DEFAULTS = {"backend": "local", "worker_counts": [1, 2], "gpus_per_worker": 0,
+                "batch_size": 8, "image_size": 64, "steps_per_epoch": 8, "timeout_seconds": 3600}
 
 
 def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH):
     @dsl.pipeline(name=NAME, description="Horovod throughput and scaling efficiency vs "
                   "workers (ParallelFor over worker counts), as PNG/HTML/Markdown.")
+    @cluster_parameters
     def scaling_study(
         raw_dir: str,
         worker_counts: list = [1, 2, 4, 8],  # noqa: B006 - a KFP pipeline parameter default
@@ -46,27 +53,19 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
         steps_per_epoch: int = 100,
         synthetic_data: bool = True,
         timeout_seconds: int = 7200,
-        node_selector: dict = {},  # noqa: B006 - a KFP pipeline parameter default
-        tolerations: list = [],  # noqa: B006
-        priority_class: str = "",
-        image_pull_secrets: list = [],  # noqa: B006
-        gang_scheduling: bool = False,
-        queue: str = "",
+        **cluster,  # node_selector, tolerations, ...: ClusterOptions' pipeline parameters
     ):
-        cluster = dict(node_selector=node_selector, tolerations=tolerations,
-                       priority_class=priority_class, image_pull_secrets=image_pull_secrets,
-                       gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                             timeout_seconds, mount_path=mount_path, **cluster).output
-        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc, mount_path)
+        prep = step_pod(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                        data_pvc, mount_path)
         with dsl.ParallelFor(worker_counts, parallelism=1) as workers:
             # raw_dir, not prep's output, and a target made in the loop: kfp.local 2.17 hands a
             # loop body the loop item in place of an output from outside the loop (see
             # chexflow.components.steps.training_data)
             loop_target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                                      timeout_seconds, mount_path=mount_path, **cluster).output
-            train = on_cluster(train_op(
+            train = step_pod(train_op(
                 data_dir=raw_dir, workers=workers, model=model, epochs=epochs,
                 batch_size=batch_size, lr=1e-3, image_size=image_size, weights="none",
                 steps_per_epoch=steps_per_epoch, validation_steps=1,
@@ -75,7 +74,7 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
                 cpu_per_worker=cpu_per_worker, memory_per_worker=memory_per_worker,
                 threads=threads_per_worker, target=loop_target, hparams_json="",
             ), data_pvc, mount_path).after(prep)
-        on_cluster(scaling_report_op(
+        step_pod(scaling_report_op(
             summaries=dsl.Collected(train.outputs["summary"]), target=target,
             title=f"Horovod scaling: {NAME}",
         ), data_pvc, mount_path)

@@ -12,17 +12,27 @@ from chexflow.pipelines.common import (
     DEFAULT_PVC,
     DEFAULT_WORK_ROOT,
     MOUNT_PATH,
+    cluster_parameters,
     job_target,
-    on_cluster,
+    step_pod,
 )
 
 NAME = "tune-then-train"
+
+# `chexflow run`'s settings for this pipeline where the signature's (a cluster's) are not
+# small: 2 trials of 1 epoch and the final training of 1 epoch, on 2 CPU cores.
+RUN_DEFAULTS = {"backend": "local", "workers": 1, "gpus_per_worker": 0, "epochs": 1,
+                "image_size": 64, "weights": "none", "bootstrap": 200, "timeout_seconds": 7200,
+                "tune_args": ["--set", "spec.maxTrialCount=2", "--set",
+                              "spec.maxFailedTrialCount=2", "--set", "spec.parallelTrialCount=1",
+                              "--trial-arg", "epochs=1"]}
 
 
 def build(default_trainer_image: str | None = None, default_launcher_image: str | None = None,
           mount_path: str = MOUNT_PATH):
     @dsl.pipeline(name=NAME, description="Katib hyperparameter sweep, then the final Horovod "
                   "training with the optimal trial's parameters, evaluation and report.")
+    @cluster_parameters
     def tune_then_train(
         raw_dir: str,
         katib_spec: str,
@@ -47,26 +57,18 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
         steps_per_epoch: int = 0,
         bootstrap: int = 1000,
         timeout_seconds: int = 86400,
-        node_selector: dict = {},  # noqa: B006 - a KFP pipeline parameter default
-        tolerations: list = [],  # noqa: B006
-        priority_class: str = "",
-        image_pull_secrets: list = [],  # noqa: B006
-        gang_scheduling: bool = False,
-        queue: str = "",
+        **cluster,  # node_selector, tolerations, ...: ClusterOptions' pipeline parameters
     ):
-        cluster = dict(node_selector=node_selector, tolerations=tolerations,
-                       priority_class=priority_class, image_pull_secrets=image_pull_secrets,
-                       gang_scheduling=gang_scheduling, queue=queue)  # the job target's
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
                             timeout_seconds, launcher_image, mount_path=mount_path,
                             **cluster).output
-        prep = on_cluster(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
-                          data_pvc, mount_path)
-        tune = on_cluster(tune_op(
+        prep = step_pod(preprocess_op(raw_dir=raw_dir, image_size=image_size, target=target),
+                        data_pvc, mount_path)
+        tune = step_pod(tune_op(
             spec_path=katib_spec, data_dir=prep.outputs["Output"], model=model,
             image_size=image_size, weights=weights, target=target, tune_args=tune_args,
         ), data_pvc, mount_path)
-        train = on_cluster(train_op(
+        train = step_pod(train_op(
             data_dir=prep.outputs["Output"], workers=workers, model=model, epochs=epochs,
             batch_size=batch_size, lr=lr, image_size=image_size, weights=weights,
             steps_per_epoch=steps_per_epoch, validation_steps=0, synthetic_data=False, seed=0,
@@ -75,11 +77,11 @@ def build(default_trainer_image: str | None = None, default_launcher_image: str 
             memory_per_worker=memory_per_worker, target=target,
             hparams_json=tune.outputs["Output"],
         ), data_pvc, mount_path)
-        evaluate = on_cluster(evaluate_op(
+        evaluate = step_pod(evaluate_op(
             data_dir=prep.outputs["Output"], model_path=train.outputs["model_path"],
             bootstrap=bootstrap, target=target,
         ), data_pvc, mount_path)
-        on_cluster(report_op(
+        step_pod(report_op(
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
             title="tune-then-train report",
         ), data_pvc, mount_path)

@@ -11,8 +11,8 @@ from sklearn.metrics import roc_auc_score
 from chexflow.auroc import auroc_summary, bootstrap_auroc, per_class_auroc, rank_auroc
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.report import write_report
-from chexflow.evaluate.results import ResultsMissing, read_auroc
 from chexflow.pathologies import PATHOLOGIES
+from chexflow.results import ResultsMissing, read_auroc
 from tests.conftest import run_chexflow
 
 

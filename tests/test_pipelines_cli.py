@@ -88,7 +88,7 @@ def test_jobs_on_kubernetes_need_the_pvc_host_folder_holding_the_run_and_its_dat
 
 
 def test_the_run_arguments_keep_the_pvc_only_for_jobs_on_kubernetes(tmp_path):
-    from chexflow.pipelines.local_run import pipeline_arguments
+    from chexflow.pipelines.kfp_local import pipeline_arguments
 
     local = pipeline_arguments("chexnet-train", tmp_path, tmp_path / "w", {"data_pvc": "d"})
     assert (local["backend"], local["data_pvc"]) == ("local", "")
@@ -147,3 +147,17 @@ def test_run_out_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path)
         if as_root:
             subprocess.run(["umount", readonly], check=False)
         shutil.rmtree(shared)
+
+
+def test_run_defaults_naming_no_parameter_is_one_line(tmp_path):
+    """A definition's RUN_DEFAULTS (chexflow run's settings beside the signature) may only set
+    the pipeline's parameters."""
+    defs = tmp_path / "pipelines"
+    shutil.copytree(pipelines_dir(), defs, ignore=shutil.ignore_patterns("*.yaml"))
+    src = (defs / "chexnet_train.py").read_text()
+    (defs / "chexnet_train.py").write_text(
+        src.replace("RUN_DEFAULTS = {", 'RUN_DEFAULTS = {"epoch": 1, '))
+    proc = run_chexflow("run", "--help", env={PIPELINES_DIR_ENV: str(defs)}, check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "chexnet_train.py: RUN_DEFAULTS ['epoch']: not parameters of chexnet-train" \
+        in proc.stderr

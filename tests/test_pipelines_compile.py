@@ -10,6 +10,7 @@ import yaml
 from kfp import components
 
 from chexflow.errors import ChexflowError
+from chexflow.jobs.spec import ClusterOptions
 from chexflow.pipelines.registry import (
     compile_pipeline,
     components_dir,
@@ -20,8 +21,7 @@ from tests.conftest import run_chexflow
 
 MPIJOB_INPUTS = {"workers", "gpus_per_worker", "slots_per_worker", "cpu_per_worker",
                  "memory_per_worker", "target"}
-CLUSTER_INPUTS = {"node_selector", "tolerations", "priority_class", "image_pull_secrets",
-                  "gang_scheduling", "queue"}
+CLUSTER_INPUTS = set(ClusterOptions.pipeline_parameters())  # node_selector, tolerations, ...
 TARGET_INPUTS = {"work_root", "run_id", "backend", "namespace", "data_pvc", "trainer_image",
                  "launcher_image", "timeout_seconds", "mount_path", *CLUSTER_INPUTS}
 
@@ -138,11 +138,12 @@ def test_the_target_component_hands_cluster_settings_to_the_rendered_mpijob():
     from tests.test_mpijob import CRD
 
     toleration = {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}
-    made = target_op.python_func(
-        work_root="/mnt/chexflow/runs", run_id="r1", backend="kubernetes", namespace="team-a",
-        data_pvc="chexflow-data", trainer_image="t", launcher_image="l", timeout_seconds=60.0,
-        node_selector={"pool": "a100"}, tolerations=[toleration], priority_class="high",
-        image_pull_secrets=["regcred"], gang_scheduling=True, queue="research")
+    made = target_op.python_func(**{
+        **made_args(), "work_root": "/mnt/chexflow/runs", "run_id": "r1",
+        "backend": "kubernetes", "namespace": "team-a", "data_pvc": "chexflow-data",
+        "trainer_image": "t", "launcher_image": "l", "timeout_seconds": 60.0,
+        "node_selector": {"pool": "a100"}, "tolerations": [toleration], "priority_class": "high",
+        "image_pull_secrets": ["regcred"], "gang_scheduling": True, "queue": "research"})
     target = Target.from_dict(made, slots_per_worker=2)
     spec = JobSpec(name="t", command=["true"], workers=2, horovod=True,
                    slots_per_worker=target.slots_per_worker)
@@ -160,9 +161,9 @@ def test_the_target_component_hands_cluster_settings_to_the_rendered_mpijob():
 
 def made_args() -> dict:
     return dict(work_root="/w", run_id="r", backend="local", namespace="n", data_pvc="",
-                trainer_image="", launcher_image="", timeout_seconds=1, node_selector={},
-                tolerations=[], priority_class="", image_pull_secrets=[], gang_scheduling=False,
-                queue="")
+                trainer_image="", launcher_image="", timeout_seconds=1,
+                **{name: default for name, (_, default) in
+                   ClusterOptions.pipeline_parameters().items()})
 
 
 def test_scaling_study_loops_over_worker_counts_one_at_a_time(compiled):

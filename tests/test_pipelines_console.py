@@ -110,7 +110,7 @@ def test_step_logs_are_not_overwritten_by_a_second_task_of_the_same_name(tmp_pat
 
 
 def test_summary_prints_steady_state_images_per_sec_apart_from_the_warm_up():
-    from chexflow.pipelines.local_run import print_summary
+    from chexflow.pipelines.kfp_local import print_summary
 
     train = {"images_per_sec": 61.23, "workers": 2.0, "wall_seconds": 98.4,
              "startup_seconds": 17.2, "first_step_seconds": 35.6}

@@ -7,9 +7,11 @@ import pytest
 
 from chexflow.components.definitions import target_op
 from chexflow.components.steps import StepError, Target
+from chexflow.jobs.spec import ClusterOptions
 
-NO_CLUSTER_SETTINGS = dict(node_selector={}, tolerations=[], priority_class="",
-                           image_pull_secrets=[], gang_scheduling=False, queue="")
+# target-op's cluster inputs at ClusterOptions' defaults
+NO_CLUSTER_SETTINGS = {name: default
+                       for name, (_, default) in ClusterOptions.pipeline_parameters().items()}
 
 
 def test_target_round_trips_through_kfps_number_types():
@@ -53,3 +55,37 @@ def test_the_target_component_makes_the_run_folder_and_checks_it():
         target_op.python_func(work_root="/w", run_id="abc", backend="kubernetes",
                               namespace="n", data_pvc="", trainer_image="", launcher_image="",
                               timeout_seconds=60, **NO_CLUSTER_SETTINGS)
+
+
+# kfp's names of the parameter types
+KFP_TYPES = {dict: "Dict", list: "List", str: "String", bool: "Boolean", int: "Integer"}
+
+
+def test_the_target_component_takes_clusteroptions_pipeline_parameters_as_stated_there():
+    """ClusterOptions states the cluster options once; KFP reads target-op's inputs from its
+    source, so its signature must list the same names with the same types."""
+    from chexflow.jobs.spec import ClusterOptions
+
+    inputs = target_op.component_spec.inputs
+    for name, (typ, _) in ClusterOptions.pipeline_parameters().items():
+        assert name in inputs, f"target_op lacks ClusterOptions.{name}: add it to its signature"
+        assert inputs[name].type == KFP_TYPES[typ], name
+    made = target_op.python_func(
+        work_root="/w", run_id="r", backend="local", namespace="n", data_pvc="",
+        trainer_image="", launcher_image="", timeout_seconds=1,
+        **{**NO_CLUSTER_SETTINGS, "gang_scheduling": True, "queue": "research"})
+    assert Target.from_dict(made).cluster_options().queue == "research"
+
+
+def test_every_pipeline_has_clusteroptions_pipeline_parameters_with_their_defaults():
+    """`@cluster_parameters` gives each pipeline ClusterOptions' pipeline parameters, in KFP's
+    signature and in what `chexflow run` reads from the definition files."""
+    from chexflow.pipelines.registry import build, pipeline_names, pipeline_parameters
+
+    wanted = ClusterOptions.pipeline_parameters()
+    for name in pipeline_names():
+        root = build(name).component_spec.inputs
+        read = {p.name: p for p in pipeline_parameters(name)}
+        for param, (typ, default) in wanted.items():
+            assert root[param].type == KFP_TYPES[typ] and root[param].default == default
+            assert (read[param].type, read[param].default) == (typ.__name__, default)

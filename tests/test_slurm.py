@@ -126,7 +126,7 @@ def test_render_needs_a_manifest_and_keeps_existing_scripts(tmp_path, data_dir):
 def local_slurm(tmp_path_factory):
     why = missing_requirements()
     if why:
-        pytest.skip(f"local Slurm unavailable: {why}")
+        pytest.skip(f"single-node Slurm unavailable: {why}")
     cluster = LocalSlurm(tmp_path_factory.mktemp("slurm"), gpus=2).start()
     yield cluster
     cluster.stop()

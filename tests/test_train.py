@@ -15,11 +15,10 @@ import pytest
 
 from chexflow.data.manifest import DatasetError, count_records, load_manifest
 from chexflow.envs import trainer_python
-from chexflow.evaluate.results import read_auroc
 from chexflow.jobs.local import horovodrun_command
+from chexflow.results import read_auroc, read_metrics
 from chexflow.train.launch import LaunchError, parse_hosts, resolve_hosts
 from chexflow.train.options import TrainOptions
-from chexflow.train.results import read_metrics
 from chexflow.train.throughput import RankTiming, jitter, summarize
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
 

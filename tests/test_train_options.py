@@ -45,5 +45,39 @@ def test_launcher_parser_has_the_same_options_plus_its_own():
     p = argparse.ArgumentParser()
     add_train_arguments(p, launcher=True)
     args = p.parse_args(["--out", "/o", "--workers", "2", "--weights", "imagenet"])
-    assert args.workers == 2 and args.launcher == "local"
+    assert args.workers == 2 and args.launcher == "horovodrun"
     assert TrainOptions.from_namespace(args) == TrainOptions(out=Path("/o"), weights="imagenet")
+
+
+def test_launcher_local_is_still_accepted_as_horovodrun():
+    p = argparse.ArgumentParser()
+    add_train_arguments(p, launcher=True)
+    assert p.parse_args(["--out", "/o", "--launcher", "local"]).launcher == "horovodrun"
+    assert p.parse_args(["--out", "/o", "--launcher", "none"]).launcher == "none"
+
+
+def test_train_op_takes_trainoptions_fields_with_their_types_and_defaults():
+    """KFP reads train_op's inputs from its source: each is a job input or a TrainOptions
+    field of the same type (`flip`: not no_flip), with TrainOptions' default where it has one
+    (0 for None), and train_options() turns them into one TrainOptions."""
+    from chexflow.components.definitions import train_op
+    from chexflow.components.steps import TRAIN_OP_JOB_INPUTS, train_options
+
+    kfp_types = {str: "String", int: "Integer", float: "Float", bool: "Boolean"}
+    defaults = TrainOptions()
+    spec = train_op.component_spec
+    inputs = {**spec.inputs, "metrics": spec.outputs["metrics"]}  # an Output parameter
+    options = [n for n in inputs if n not in TRAIN_OP_JOB_INPUTS]
+    assert set(TRAIN_OP_JOB_INPUTS) <= set(inputs) and "flip" in options
+    for name in options:
+        field = "no_flip" if name == "flip" else name
+        assert field in TrainOptions.names(), f"train_op input {name}: no TrainOptions field"
+        assert inputs[name].type == kfp_types[TrainOptions.value_type(field)], name
+        if inputs[name].optional:
+            default = getattr(defaults, field)
+            assert inputs[name].default == ({None: 0}.get(default, default) if name != "flip"
+                                            else not default), name
+    given = {"model": "resnet50", "epochs": 2, "steps_per_epoch": 0, "validation_steps": 3,
+             "threads": 0, "flip": False, "workers": 2, "target": {}}
+    assert train_options(given) == TrainOptions(model="resnet50", epochs=2, validation_steps=3,
+                                                no_flip=True)

@@ -28,27 +28,31 @@ def target_op(
     trainer_image: str,
     launcher_image: str,
     timeout_seconds: int,
+    # the pipeline parameters of chexflow.jobs.spec.ClusterOptions, in its order (KFP reads a
+    # component's inputs from this source; tests/test_pipelines_target.py checks them)
     node_selector: dict,
     tolerations: list,
     priority_class: str,
     image_pull_secrets: list,
     gang_scheduling: bool,
     queue: str,
-    mount_path: str = "/mnt/chexflow",
+    mount_path: str = "",
 ) -> dict:
     """Where the run's jobs write (WORK_ROOT/RUN_ID) and run (backend local|kubernetes; for
     kubernetes the namespace, data PVC, images and what the cluster asks of the pods: node
     selector, tolerations, priority class, image pull secrets, gang scheduling; each job's time
-    limit; where the jobs' pods mount the PVC, as the steps do), checked once: the `target`
-    every other step takes."""
+    limit; where the jobs' pods mount the PVC, as the steps do, "" for /mnt/chexflow), checked
+    once: the `target` every other step takes."""
+    given = dict(locals())  # the inputs by name, before an import adds names
     from chexflow.components.steps import Target
+    from chexflow.jobs.spec import ClusterOptions
 
     return Target(
         workdir=f"{work_root}/{run_id}", run_id=run_id, backend=backend, namespace=namespace,
         data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
-        timeout_seconds=timeout_seconds, node_selector=node_selector, tolerations=tolerations,
-        priority_class=priority_class, image_pull_secrets=image_pull_secrets,
-        gang_scheduling=gang_scheduling, queue=queue, mount_path=mount_path,
+        timeout_seconds=timeout_seconds, mount_path=mount_path,
+        cluster=ClusterOptions.from_dict(
+            {name: given[name] for name in ClusterOptions.pipeline_parameters()}),
     ).to_dict()
 
 
@@ -78,6 +82,14 @@ def preprocess_op(
 def train_op(
     data_dir: str,
     workers: int,
+    gpus_per_worker: int,
+    slots_per_worker: int,
+    cpu_per_worker: str,
+    memory_per_worker: str,
+    target: dict,
+    hparams_json: str,
+    metrics: Output[Metrics],
+    # TrainOptions fields (chexflow.train.options; tests/test_train_options.py checks them)
     model: str,
     epochs: int,
     batch_size: int,
@@ -88,13 +100,6 @@ def train_op(
     validation_steps: int,
     synthetic_data: bool,
     seed: int,
-    gpus_per_worker: int,
-    slots_per_worker: int,
-    cpu_per_worker: str,
-    memory_per_worker: str,
-    target: dict,
-    hparams_json: str,
-    metrics: Output[Metrics],
     threads: int = 0,
     lr_schedule: str = "plateau",
     bn_momentum: float = 0.99,
@@ -102,25 +107,19 @@ def train_op(
 ) -> NamedTuple("TrainOutputs", [("model_path", str), ("summary", str)]):  # noqa: UP014
     """Horovod training as an MPIJob (or horovodrun locally); logs throughput and val AUROC.
     slots_per_worker 0: one rank per GPU; cpu/memory_per_worker "": a share per GPU (per rank
-    without GPUs); threads: TensorFlow threads per worker on hosts without a GPU (0: cores /
-    ranks on the host); lr_schedule, bn_momentum: chexflow train's --lr-schedule and
-    --bn-momentum; flip false: its --no-flip."""
+    without GPUs). The other inputs are `chexflow train`'s options (TrainOptions: threads,
+    lr_schedule, bn_momentum, ...; 0 for an unset steps_per_epoch, validation_steps or
+    threads), `flip` false its --no-flip; hparams_json overrides them with tuned values."""
+    given = dict(locals())  # the inputs by name, before an import adds names
     import json
     from collections import namedtuple
 
-    from chexflow.components.steps import Target, apply_hparams, train_step
-    from chexflow.train.options import TrainOptions
+    from chexflow.components.steps import Target, apply_hparams, train_options, train_step
 
     job_target = Target.from_dict(target, gpus_per_worker=gpus_per_worker,
                                   slots_per_worker=slots_per_worker, cpu=cpu_per_worker,
                                   memory=memory_per_worker)
-    options = apply_hparams(TrainOptions(
-        model=model, epochs=epochs, batch_size=batch_size, lr=lr, image_size=image_size,
-        weights=weights, steps_per_epoch=steps_per_epoch or None,  # 0: the worker's default
-        validation_steps=validation_steps or None, synthetic_data=synthetic_data, seed=seed,
-        threads=threads or None, lr_schedule=lr_schedule, bn_momentum=bn_momentum,
-        no_flip=not flip,
-    ), hparams_json)
+    options = apply_hparams(train_options(given), hparams_json)
     m = train_step(data_dir, workers, options, job_target)
     for key in ("workers", "processes", "batch_size_per_worker", "global_batch_size",
                 "images_per_sec", "images_per_sec_std", "jitter", "step_time_ms", "val_auroc",

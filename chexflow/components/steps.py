@@ -44,12 +44,12 @@ class StepError(ChexflowError):
 @dataclass
 class Target:
     """Where a run's jobs write (`workdir`, one per run: WORK_ROOT/RUN_ID) and run: the backend
-    and, for kubernetes, namespace/PVC/images and what the cluster asks of the pods (node
-    selector, tolerations, priority class, image pull secrets, gang scheduling: ClusterOptions).
-    The jobs' pods mount the PVC at `mount_path`, where the steps see it too (the component
-    pods' mount, or for `chexflow run` the host folder behind the PVC), so a path means the same
-    file to both. A pipeline makes it once (the `target` component) and hands it to every step
-    as a dict."""
+    and, for kubernetes, namespace/PVC/images and what the cluster asks of the pods (`cluster`:
+    node selector, tolerations, priority class, ..., as the renderer takes them). The jobs' pods
+    mount the PVC at `mount_path` ("" in a dict: MOUNT_PATH), where the steps see it too (the
+    component pods' mount, or for `chexflow run` the host folder behind the PVC), so a path
+    means the same file to both. A pipeline makes it once (the `target` component) and hands it
+    to every step as a dict."""
 
     workdir: str = "."
     run_id: str = ""
@@ -65,14 +65,10 @@ class Target:
     slots_per_worker: int = 0
     cpu: str = "2"
     memory: str = "8Gi"
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = field(default_factory=list)
-    priority_class: str = ""
-    image_pull_secrets: list[str] = field(default_factory=list)
-    gang_scheduling: bool = False
-    queue: str = ""
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)
 
     def __post_init__(self) -> None:
+        self.mount_path = self.mount_path or MOUNT_PATH
         if self.backend not in BACKENDS:
             raise StepError(f"backend {self.backend!r}: expected one of {', '.join(BACKENDS)}")
         if self.backend == "kubernetes" and not self.data_pvc:
@@ -85,14 +81,10 @@ class Target:
                             "run's files")
         if self.timeout_seconds <= 0:
             raise StepError(f"timeout_seconds {self.timeout_seconds}: must be > 0")
-        self.cluster_options()  # checked once, where the target is made
 
     def cluster_options(self) -> ClusterOptions:
-        return ClusterOptions(
-            node_selector=dict(self.node_selector), tolerations=list(self.tolerations),
-            priority_class=self.priority_class, image_pull_secrets=list(self.image_pull_secrets),
-            gang_scheduling=bool(self.gang_scheduling), queue=self.queue,
-        )
+        """What the cluster asks of the jobs' pods, for the renderer."""
+        return self.cluster
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +97,8 @@ class Target:
         if unknown:
             raise StepError(f"target: unknown fields {unknown}; expected {sorted(types)}")
         out = {k: int(float(v)) if types[k] == "int" else v for k, v in values.items()}
+        if isinstance(out.get("cluster"), dict):
+            out["cluster"] = ClusterOptions.from_dict(out["cluster"])
         return cls(**{**out, **overrides})
 
     def path(self, *parts: str) -> str:
@@ -169,6 +163,29 @@ def preprocess_step(raw_dir: str, image_size: int, target: Target) -> str:
     )
     target.run(spec)
     return str(out)
+
+
+# train_op's inputs that are not TrainOptions fields: the job's shape, the target, the tuned
+# values, the Metrics output, and `flip` (a pipeline parameter reads better than no_flip).
+TRAIN_OP_JOB_INPUTS = ("data_dir", "workers", "gpus_per_worker", "slots_per_worker",
+                       "cpu_per_worker", "memory_per_worker", "target", "hparams_json", "metrics")
+
+
+def train_options(inputs: dict[str, Any]) -> TrainOptions:
+    """train_op's inputs as one TrainOptions: those named as its fields, 0 standing for an
+    unset optional one (a default of None: KFP parameters have no None), `flip` for not
+    `no_flip`; the job's inputs (TRAIN_OP_JOB_INPUTS) are left out."""
+    defaults = TrainOptions()
+    values = {}
+    for name, value in inputs.items():
+        if name == "flip":
+            values["no_flip"] = not value
+        elif name in TrainOptions.names():
+            values[name] = None if getattr(defaults, name) is None and not value else value
+        elif name not in TRAIN_OP_JOB_INPUTS:
+            raise StepError(f"train_op input {name!r}: not a TrainOptions field nor one of "
+                            f"{', '.join(TRAIN_OP_JOB_INPUTS)}")
+    return TrainOptions(**values)
 
 
 def apply_hparams(options: TrainOptions, hparams_json: str) -> TrainOptions:

@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "cluster", help="local Kubernetes control plane (apiserver, scheduler, mpi-operator, kwok)",
+        "cluster", help="the development Kubernetes cluster on this machine (apiserver, "
+        "scheduler, mpi-operator, kwok)",
         description="A real Kubernetes control plane on loopback, built from Go modules: etcd, "
                     "kube-apiserver, kube-controller-manager, kube-scheduler, kwok GPU nodes and "
                     "mpi-operator, with the MPIJob and Katib Experiment CRDs installed.")

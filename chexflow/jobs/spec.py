@@ -7,7 +7,9 @@ wraps it in `horovodrun`, the kubernetes backend in an MPIJob whose launcher run
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import typing
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -150,18 +152,27 @@ class JobSpec:
         return cls(**data)
 
 
+# A ClusterOptions field with this metadata is also a parameter of every pipeline (KFP STRUCT,
+# LIST, STRING, BOOLEAN or NUMBER_INTEGER after its type), wired into the pipeline's job target.
+PIPELINE_PARAMETER = {"pipeline_parameter": True}
+
+
 @dataclass
 class ClusterOptions:
     """What a real cluster asks of a job's pods, beside the JobSpec (the local backend ignores
     it): node selection, GPU-node taints, priority, registry credentials, gang scheduling
-    (mpi-operator's runPolicy.schedulingPolicy) and the numeric user the pods run as."""
+    (mpi-operator's runPolicy.schedulingPolicy) and the numeric user the pods run as.
 
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = field(default_factory=list)
-    priority_class: str = ""
-    image_pull_secrets: list[str] = field(default_factory=list)
-    gang_scheduling: bool = False
-    queue: str = ""
+    The one statement of these options: `chexflow job` sets them from its flags, and the fields
+    marked PIPELINE_PARAMETER are the pipelines' parameters of the same names (their signatures
+    and the `target` component are checked against this class)."""
+
+    node_selector: dict[str, str] = field(default_factory=dict, metadata=PIPELINE_PARAMETER)
+    tolerations: list[dict[str, Any]] = field(default_factory=list, metadata=PIPELINE_PARAMETER)
+    priority_class: str = field(default="", metadata=PIPELINE_PARAMETER)
+    image_pull_secrets: list[str] = field(default_factory=list, metadata=PIPELINE_PARAMETER)
+    gang_scheduling: bool = field(default=False, metadata=PIPELINE_PARAMETER)
+    queue: str = field(default="", metadata=PIPELINE_PARAMETER)
     min_available: int = 0  # gang: pods that must start together; 0: all (workers + launcher)
     run_as_user: int = IMAGE_UID
 
@@ -180,6 +191,32 @@ class ClusterOptions:
         if (self.queue or self.min_available) and not self.gang_scheduling:
             raise JobSpecError("queue and min_available are gang-scheduling settings: "
                                "set gang_scheduling too")
+
+    @classmethod
+    def pipeline_parameters(cls) -> dict[str, tuple[type, Any]]:
+        """The fields that are pipeline parameters: name -> (plain type: dict, list, str, bool
+        or int; default), in field order."""
+        hints = typing.get_type_hints(cls)
+        out = {}
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("pipeline_parameter"):
+                default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+                out[f.name] = (typing.get_origin(hints[f.name]) or hints[f.name], default)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ClusterOptions:
+        """Options from `to_dict()`'s or a pipeline's values (KFP hands numbers over as floats);
+        an unknown name is refused, naming the known ones."""
+        hints = typing.get_type_hints(cls)
+        unknown = sorted(set(values) - set(hints))
+        if unknown:
+            raise JobSpecError(f"cluster options: unknown fields {unknown}; expected "
+                               f"{[f.name for f in dataclasses.fields(cls)]}")
+        return cls(**{k: int(v) if hints[k] is int else v for k, v in values.items()})
 
 
 def parse_toleration(text: str) -> dict[str, str]:

@@ -12,6 +12,7 @@ from chexflow.pipelines.registry import (
     pipeline_names,
     pipeline_parameters,
     pipelines_dir,
+    run_defaults,
 )
 
 # Pipeline parameters a local run sets itself (raw_dir is --data, work_root is in --out).
@@ -55,8 +56,6 @@ def run_parameters() -> dict[str, dict[str, Parameter]]:
 def add_pipeline_options(r: argparse.ArgumentParser) -> None:
     """One option per pipeline parameter (from the pipelines' signatures); the help says which
     pipelines have it, their default, and the local run's default where it differs."""
-    from chexflow.pipelines.local_run import LOCAL_DEFAULTS
-
     g = r.add_argument_group(
         "pipeline parameters", "default: the local run's small settings, where it has one, "
         "else the pipeline's own (the cluster default)")
@@ -64,7 +63,7 @@ def add_pipeline_options(r: argparse.ArgumentParser) -> None:
         first = next(iter(by_pipeline.values()))
         parts = []
         for pipeline, p in by_pipeline.items():
-            local = LOCAL_DEFAULTS.get(pipeline, {}).get(param)
+            local = run_defaults(pipeline).get(param)
             shown = "required" if p.required else f"default {p.default}"
             shown += f", locally {local}" if local is not None and local != p.default else ""
             parts.append(f"{pipeline} ({shown})")
@@ -190,7 +189,7 @@ def run_compile(args: argparse.Namespace) -> int:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from chexflow.pipelines.local_run import run_with_kfp_local
+    from chexflow.pipelines.kfp_local import run_with_kfp_local
 
     params = {p.name: p for p in pipeline_parameters(args.pipeline)}
     overrides = {k: getattr(args, k) for k in run_parameters() if getattr(args, k) is not None}
@@ -202,10 +201,8 @@ def run_run(args: argparse.Namespace) -> int:
     if any(w < 1 for w in overrides.get("worker_counts", [1])):
         raise ChexflowError(f"--worker-counts {overrides['worker_counts']}: each must be >= 1")
     overrides.update(check_params(args.pipeline, args.param, params))
-    from chexflow.pipelines.local_run import LOCAL_DEFAULTS
-
     missing = [p for p in params.values() if p.required and p.name not in NOT_RUN_OPTIONS
-               and p.name not in overrides and p.name not in LOCAL_DEFAULTS[args.pipeline]]
+               and p.name not in overrides and p.name not in run_defaults(args.pipeline)]
     if missing:
         flags = ", ".join(f"--{p.name.replace('_', '-')}" for p in missing)
         raise ChexflowError(f"{args.pipeline} needs {flags}")

@@ -1,7 +1,9 @@
 """The pipelines by name, loaded from their definition files, and compiling them to IR YAML.
 
 A pipeline is a file `pipelines/<name with underscores>.py` in the project (the folder a user
-opens and edits), defining `NAME` and `build(...)`, which returns the `@dsl.pipeline` function.
+opens and edits), defining `NAME` and `build(...)`, which returns the `@dsl.pipeline` function,
+and optionally `RUN_DEFAULTS`, the parameters `chexflow run` sets where the signature's defaults
+(a cluster's) are too big for this machine: with the signature, one table of defaults.
 It is loaded by path, as `kfp dsl compile --py FILE` does; the compiled IR YAML goes beside it.
 `CHEXFLOW_PIPELINES_DIR` points at another folder of definitions.
 """
@@ -69,8 +71,45 @@ def pipeline_parameters(name: str) -> list[Parameter]:
         ):
             args = node.args.args
             defaults = [None] * (len(args) - len(node.args.defaults)) + node.args.defaults
-            return [_parameter(a, d) for a, d in zip(args, defaults, strict=True)]
+            own = [_parameter(a, d) for a, d in zip(args, defaults, strict=True)]
+            return own + _cluster_parameters(node, path)
     raise ChexflowError(f"{path}: no function decorated with @dsl.pipeline(...)")
+
+
+def _cluster_parameters(node: ast.FunctionDef, path: Path) -> list[Parameter]:
+    """The parameters `@cluster_parameters` gives a `**cluster` function (ClusterOptions')."""
+    from chexflow.jobs.spec import ClusterOptions
+
+    decorated = any(getattr(d, "id", getattr(d, "attr", None)) == "cluster_parameters"
+                    for d in node.decorator_list)
+    if decorated != (node.args.kwarg is not None):
+        raise ChexflowError(f"{path}: {node.name}: @cluster_parameters and **cluster go together")
+    if not decorated:
+        return []
+    return [Parameter(name, typ.__name__, required=False, default=default)
+            for name, (typ, default) in ClusterOptions.pipeline_parameters().items()]
+
+
+def run_defaults(name: str) -> dict[str, Any]:
+    """What `chexflow run` gives pipeline `name` unless told: the signature's literal defaults,
+    over them the definition's RUN_DEFAULTS (read, not run, as the signature is)."""
+    params = {p.name: p for p in pipeline_parameters(name)}
+    out = {p.name: p.default for p in params.values() if p.default is not None}
+    path = definition_file(name)
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+                "RUN_DEFAULTS"]:
+            try:
+                table = ast.literal_eval(node.value)
+            except ValueError:
+                table = None
+            if not isinstance(table, dict):
+                raise ChexflowError(f"{path}: RUN_DEFAULTS must be a literal dict")
+            unknown = sorted(set(table) - set(params))
+            if unknown:
+                raise ChexflowError(f"{path}: RUN_DEFAULTS {unknown}: not parameters of {name}")
+            out.update(table)
+    return out
 
 
 def _parameter(arg: ast.arg, default: ast.expr | None) -> Parameter:

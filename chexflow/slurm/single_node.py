@@ -22,12 +22,12 @@ DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
 def missing_requirements() -> str | None:
-    """Why a local Slurm cannot start here, or None."""
+    """Why a single-node Slurm cannot start here, or None."""
     missing = [d for d in (*DAEMONS, "sbatch", "squeue", "scontrol") if shutil.which(d) is None]
     if missing:
         return f"{', '.join(missing)} not installed (Debian: slurm-wlm munge)"
     if os.geteuid() != 0:
-        return "a local slurmd must run as root"
+        return "a single-node slurmd must run as root"
     return None
 
 
@@ -127,7 +127,7 @@ class LocalSlurm:
     def start(self, timeout: float = 60) -> LocalSlurm:
         why = missing_requirements()
         if why:
-            raise SlurmError(f"cannot start a local Slurm: {why}")
+            raise SlurmError(f"cannot start a single-node Slurm: {why}")
         self._write_config()
         r = self.root
         env = {**os.environ, **self.env()}
@@ -157,7 +157,7 @@ class LocalSlurm:
                 return self
             time.sleep(0.5)
         self.stop()
-        raise SlurmError(f"local Slurm node not ready after {timeout:g} s (state {state!r}); "
+        raise SlurmError(f"single-node Slurm not ready after {timeout:g} s (state {state!r}); "
                          f"logs in {r}/log")
 
     def _pids(self) -> list[tuple[str, int]]:

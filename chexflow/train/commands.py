@@ -1,4 +1,5 @@
-"""`chexflow train`: local Horovod launcher, or one rank (--launcher none)."""
+"""`chexflow train`: start the ranks with horovodrun (--launcher horovodrun), or be one rank
+(--launcher none)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train DenseNet-121/ResNet-50 with Horovod (CheXNet recipe)",
-        description="Train a CheXNet-style classifier. Locally starts --workers Horovod "
+        description="Train a CheXNet-style classifier. Starts --workers Horovod "
         "processes (horovodrun over gloo); rerun with the same --out to resume.",
     )
     add_train_arguments(p, launcher=True)

@@ -17,6 +17,10 @@ MODELS = ("densenet121", "resnet50")
 OPTIMIZERS = ("adam", "sgd")
 LR_SCHEDULES = ("plateau", "cosine")
 CONTROLLERS = ("gloo", "mpi")
+# `chexflow train --launcher`: start the ranks here with horovodrun, or be one rank already
+# started; "local" is horovodrun's old spelling, still accepted.
+LAUNCHERS = ("horovodrun", "none")
+LAUNCHER_ALIASES = {"local": "horovodrun"}
 WORKER_MODULE = "chexflow.train.worker"
 
 
@@ -184,8 +188,9 @@ def add_train_arguments(p: ArgumentAdder, launcher: bool, skip: tuple[str, ...] 
         )
         p.add_argument(
             "--launcher",
-            choices=("local", "none"),
-            default="local",
-            help="local: start WORKERS processes with horovodrun; none: this process is one "
-            "rank already started by mpirun/horovodrun/srun",
+            type=lambda v: LAUNCHER_ALIASES.get(v, v),
+            choices=LAUNCHERS,
+            default="horovodrun",
+            help="horovodrun: start WORKERS processes with horovodrun (once spelt local); "
+            "none: this process is one rank already started by mpirun/horovodrun/srun",
         )

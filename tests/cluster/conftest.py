@@ -1,4 +1,4 @@
-"""Fixtures for tests against the local Kubernetes control plane (marker `cluster`).
+"""Fixtures for tests against the development Kubernetes cluster (marker `cluster`).
 
 The clusters and images are package fixtures: started by the first test here that needs them,
 stopped after the last test in tests/cluster, so they do not run idle beside the local tests.

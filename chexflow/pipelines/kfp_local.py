@@ -35,30 +35,8 @@ from chexflow.errors import ChexflowError
 from chexflow.evaluate.report import SYNTH_MARKER, data_provenance
 from chexflow.pathologies import CHEXNET_MEAN_AUROC
 from chexflow.pipelines.console import Console, step_logs
-from chexflow.pipelines.registry import build, pipeline_names
+from chexflow.pipelines.registry import build, pipeline_names, run_defaults
 
-# Small defaults that finish in a few minutes on 2 CPU cores. chexnet-train (`make demo`) trains
-# from scratch for 6 x 8 steps on generated data, where each class owns a cell of a 4 x 4 grid:
-# - no random horizontal flip: it moved a class's disc into its mirror cell, another class's,
-#   so that half the images taught the wrong column (training loss 1.5 after 32 steps, 0.3 without);
-# - BatchNormalization's moving averages at momentum 0.9: at Keras' 0.99, 48 steps leave 62% of
-#   their start values, so validation ran another network than training;
-# - a cosine decay: the plateau rule, on 35 validation images, cut the rate 100-fold by epoch 3.
-LOCAL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "chexnet-train": {"backend": "local", "model": "densenet121", "workers": 2,
-                      "gpus_per_worker": 0, "epochs": 6, "batch_size": 16, "image_size": 64,
-                      "lr_schedule": "cosine", "bn_momentum": 0.9, "flip": False,
-                      "weights": "none", "bootstrap": 200, "timeout_seconds": 3600},
-    "scaling-study": {"backend": "local", "model": "resnet50", "worker_counts": [1, 2],
-                      "gpus_per_worker": 0, "epochs": 1, "batch_size": 8, "image_size": 64,
-                      "steps_per_epoch": 8, "synthetic_data": True, "timeout_seconds": 3600},
-    "tune-then-train": {"backend": "local", "model": "densenet121", "workers": 1,
-                        "gpus_per_worker": 0, "epochs": 1, "batch_size": 16, "image_size": 64,
-                        "weights": "none", "bootstrap": 200, "timeout_seconds": 7200,
-                        "tune_args": ["--set", "spec.maxTrialCount=2", "--set",
-                                      "spec.maxFailedTrialCount=2", "--set",
-                                      "spec.parallelTrialCount=1", "--trial-arg", "epochs=1"]},
-}
 SYNTH_IMAGES = 400
 
 
@@ -143,7 +121,7 @@ def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = Fa
 
 def pipeline_arguments(name: str, data: Path, work_root: Path,
                        overrides: dict[str, Any]) -> dict[str, Any]:
-    args = {**LOCAL_DEFAULTS[name], **overrides}
+    args = {**run_defaults(name), **overrides}
     args.update(raw_dir=str(data), work_root=str(work_root))
     if args["backend"] == "local":
         args["data_pvc"] = ""  # nothing to mount: the jobs are processes here
@@ -206,7 +184,8 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
 
     if name not in pipeline_names():
         raise ChexflowError(f"pipeline {name!r}: expected one of {', '.join(pipeline_names())}")
-    backend = {**LOCAL_DEFAULTS[name], **overrides}["backend"]
+    defaults = run_defaults(name)
+    backend = {**defaults, **overrides}["backend"]
     out, mount_path = shared_folder(backend, pvc_host_path, out, data)
     if data is not None and not data.exists():
         raise ChexflowError(f"--data {data}: no such folder")
@@ -220,7 +199,7 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
             f"folder you can write"
         ) from None
     log_dir = run_dir / "logs"
-    image_size = overrides.get("image_size", LOCAL_DEFAULTS[name]["image_size"])
+    image_size = overrides.get("image_size", defaults["image_size"])
     if data is None:  # the run's seed also draws the generated data
         data = ensure_dataset(out, image_size, log_dir, verbose, overrides.get("seed", 0))
     work_root = run_dir / "work"
@@ -231,15 +210,19 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(kfp_root),
                raise_on_error=True)
     arguments = pipeline_arguments(name, data.resolve(), work_root, overrides)
+    pipeline = build(name, mount_path=str(mount_path) if mount_path else None)
+    # what the pipeline gets: also the defaults the signature states by name (DEFAULT_PVC, ...)
+    effective = {**{k: v.default for k, v in pipeline.component_spec.inputs.items()
+                    if v.default is not None}, **arguments}
     where = "local job backend" if backend == "local" else (
-        f"jobs on Kubernetes, namespace {arguments['namespace']}, PVC {arguments['data_pvc']} "
+        f"jobs on Kubernetes, namespace {effective['namespace']}, PVC {effective['data_pvc']} "
         f"at {mount_path}")
     print(f"run: {name} locally (kfp.local, {where}) in {run_dir}", flush=True)
     console = Console(log_dir, verbose, arguments.get("epochs"))
     started = time.monotonic()
     try:
         with step_logs(console), steps_stopped_by_sigterm() as stopped:
-            build(name, mount_path=str(mount_path) if mount_path else None)(**arguments)
+            pipeline(**arguments)
     except (RuntimeError, Stopped) as e:
         step = console.failed
         how = "stopped by SIGTERM" if stopped else "failed"
