@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import chexflow.jobs.diagnosis as diagnosis
 from chexflow.errors import ChexflowError
-from chexflow.jobs import diagnosis
 from chexflow.jobs.diagnosis import (
     BAD_INPUT_GRACE_SECONDS,
     Blocker,
