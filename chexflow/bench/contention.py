@@ -114,6 +114,7 @@ class Sample:
     working_gpus: int  # GPUs of jobs whose launcher runs
     partial_jobs: int  # jobs with some but not all workers bound
     finished: int
+    placed_jobs: int = 0  # unfinished jobs with every worker bound (running, or about to)
 
 
 def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sample:
@@ -142,7 +143,8 @@ def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sa
     held = sum(bound.values()) * gpus_per_node
     working = sum(plan[j].workers for j in launcher_running) * gpus_per_node
     partial = sum(1 for j, n in bound.items() if 0 < n < plan[j].workers)
-    return Sample(round(t, 2), held, working, partial, finished)
+    placed = sum(1 for j, n in bound.items() if n == plan[j].workers)
+    return Sample(round(t, 2), held, working, partial, finished, placed)
 
 
 def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJob],
@@ -196,7 +198,9 @@ def submit(custom, objects: list[dict]) -> None:
 
 def watch_stream(api, cluster: LocalCluster, plan: dict[str, PlannedJob], gpus_per_node: int,
                  start: float, sample_s: float, stall_s: float, timeout: float) -> list[Sample]:
-    """Samples until every job finished, or nothing has run nor changed for stall_s."""
+    """Samples until every job finished, or deadlock: for stall_s nothing changed, nothing
+    runs and no job has all its workers placed (one that has will start: the simulator's
+    readiness and the launcher lag behind on a loaded machine, they are not stuck)."""
     samples: list[Sample] = []
     last_change = start
     while True:
@@ -206,10 +210,12 @@ def watch_stream(api, cluster: LocalCluster, plan: dict[str, PlannedJob], gpus_p
             last_change = time.monotonic()
         samples.append(s)
         print(f"  {s.t:7.1f} s  finished {s.finished:4d}/{len(plan)}  GPUs held {s.held_gpus:5d}"
-              f"  working {s.working_gpus:5d}  partial jobs {s.partial_jobs:3d}", flush=True)
+              f"  working {s.working_gpus:5d}  jobs placed {s.placed_jobs:3d}, partly placed "
+              f"{s.partial_jobs:3d}", flush=True)
         if s.finished == len(plan):
             return samples
-        if s.working_gpus == 0 and time.monotonic() - last_change >= stall_s:
+        if s.working_gpus == 0 and s.placed_jobs == 0 \
+                and time.monotonic() - last_change >= stall_s:
             return samples  # deadlocked: summarize reports it
         if time.monotonic() - start > timeout:
             return samples

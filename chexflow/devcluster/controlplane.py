@@ -45,6 +45,7 @@ START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedu
 SERVICE_CIDR = "198.19.0.0/16"
 KWOK_POD_CIDR = "198.18.128.0/17"
 KWOK_START_ATTEMPTS = 3
+KWOK_PARALLELISM = 16
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
 KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
 
@@ -351,8 +352,20 @@ class LocalCluster:
             "metadata": {"name": "all-pods"},
             "spec": {"logs": [{"logsFile": str(pod_log), "follow": False}]},
         }))
+        # four stage transitions at a time (kwok's default) left 1,000s of pods minutes behind;
+        # a KwokConfiguration replaces kwok's defaults, so the others are restated as they are
+        options = self.state_dir / "kwok-options.yaml"
+        options.write_text(json.dumps({
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+            "options": {"podPlayStageParallelism": KWOK_PARALLELISM,
+                        "nodePlayStageParallelism": KWOK_PARALLELISM,
+                        "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+                        "enablePodsOnNodeSyncListPager": True,
+                        "enablePodsOnNodeSyncStreamWatch": False,
+                        "enableDebuggingHandlers": True, "enableProfilingHandler": True}}))
         port = self.ports["kwok"]
         return [f"--kubeconfig={self.kubeconfig}", f"--config={stages}", f"--config={logs}",
+                f"--config={options}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={'='.join(nodes.KWOK_ANNOTATION)}",
                 f"--cidr={KWOK_POD_CIDR}", "--node-ip=127.0.0.1", f"--node-port={port}",
