@@ -508,3 +508,27 @@ def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path
          check=False)
     trial = read_json(tmp_path / "s" / "results.json")["trials"][0]
     assert trial["status"] == "MetricsUnavailable" and trial["metric_logs"] == {}
+
+
+# ---- trial kinds whose controller makes the pods ---------------------------------------------
+
+KATIB_V019 = Path(__file__).parent / "data" / "katib-v0.19"
+
+
+@pytest.mark.parametrize("name,kind", [("argo-workflow", "Workflow"),
+                                       ("trainjob-pytorch", "TrainJob")])
+def test_workflow_and_trainjob_examples_pass_katibs_rules_and_locally_name_their_kind(
+        name, kind, tmp_path: Path):
+    """Katib's webhook asks only that primaryContainerName is set; the container is in the pods
+    the Workflow or the training runtime makes. Locally: one line naming the kind and
+    --cluster, before any state is written; with --trial-command the sweep runs."""
+    spec = KATIB_V019 / f"{name}.yaml"
+    proc = run_chexflow("tune", spec, "--state", tmp_path / "s", check=False)
+    line = one_error_line(proc)
+    assert f"kind {kind} " in line and "--cluster" in line and "primaryContainerName" not in line
+    assert not (tmp_path / "s").exists()
+    proc = run_chexflow("tune", spec, "--cluster", "--state", tmp_path / "c",
+                        env={"KUBECONFIG": str(tmp_path / "none")}, check=False)
+    assert "no Kubernetes configuration" in one_error_line(proc)
+    tune(spec, tmp_path / "t", "--trial-command", "echo loss=0.5", *budget(1))
+    assert read_json(tmp_path / "t" / "results.json")["trials"][0]["status"] == "Succeeded"

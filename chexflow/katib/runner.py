@@ -72,6 +72,7 @@ from chexflow.katib.trialspec import (
     local_command_parts,
     map_path_in_text,
     map_paths,
+    pod_specs,
     primary_container,
     primary_pod_mismatch,
     quoting_note,
@@ -109,7 +110,21 @@ def local_problems(exp: Experiment, trial_command: str | None) -> list[tuple[str
                     "run with --trial-command or --cluster"))
     if exp.raw["spec"].get("nasConfig") is not None:
         out.append(("spec.nasConfig", "neural architecture search runs only on a cluster"))
+    if trial_command is None and (why := controller_made_pods(exp)) is not None:
+        out.append(("spec.trialTemplate.trialSpec", why))
     return out
+
+
+def controller_made_pods(exp: Experiment) -> str | None:
+    """Why a trialSpec has no pod template to run here: its kind's controller makes the pods
+    (an Argo Workflow's templates, a TrainJob's training runtime), so Katib finds the primary
+    container only in the pods; None when the trialSpec holds pod templates."""
+    spec = exp.trial_spec
+    if not spec or pod_specs(spec.get("spec", {})):
+        return None
+    return (f"kind {spec.get('kind')} ({spec.get('apiVersion')}) has no pod template: its "
+            "controller makes the pods, so the local runner cannot run it; use --cluster, or "
+            "--trial-command CMD")
 
 
 def check_local(exp: Experiment, trial_command: str | None) -> None:

@@ -140,24 +140,24 @@ def render_command_string(command: str, values: dict[str, str]) -> str:
     return TRIAL_PARAM_RE.sub(repl, command)
 
 
-def _pod_specs(node: Any) -> list[dict]:
+def pod_specs(node: Any) -> list[dict]:
     """Every pod spec (a mapping with `containers`) inside a trialSpec."""
     found = []
     if isinstance(node, dict):
         if isinstance(node.get("containers"), list):
             found.append(node)
         for v in node.values():
-            found += _pod_specs(v)
+            found += pod_specs(v)
     elif isinstance(node, list):
         for v in node:
-            found += _pod_specs(v)
+            found += pod_specs(v)
     return found
 
 
 def primary_container(exp: Experiment, spec: dict) -> tuple[dict, list[dict]]:
     """The primary container and every pod spec of the trial (for their volumes)."""
     name = exp.trial_template.get("primaryContainerName")
-    pods = _pod_specs(spec.get("spec", {}))
+    pods = pod_specs(spec.get("spec", {}))
     for pod in pods:
         for c in pod["containers"]:
             if c.get("name") == name:
