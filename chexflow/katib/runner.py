@@ -18,6 +18,10 @@ no early stopping). Katib mounts a folder of its own at the
 collector's path in each trial pod; locally each trial gets STATE/trials/NAME/metrics there (the
 container path in the trial's command is rewritten to it), unless the path lies on one of the
 trialSpec's volumes, which map to local folders as usual.
+
+Deadlines: a trial past its job's activeDeadlineSeconds (trialspec.active_deadline) is stopped
+and Failed as Katib records a job's DeadlineExceeded; past `timeout` the sweep stops its trials
+(left Running, so a rerun resumes them) and raises SweepTimedOut.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from chexflow.katib.results import trial_line
 from chexflow.katib.spec import SpecError
 from chexflow.katib.state import (
     COMPLETED,
+    STATE_ENV,
     TRIAL_ENV,
     SweepState,
     TrialRecord,
@@ -68,6 +73,8 @@ from chexflow.katib.suggest import (
 from chexflow.katib.templates import not_found
 from chexflow.katib.trialspec import (
     WRAPPED_COLLECTORS,
+    TrialSpecError,
+    active_deadline,
     katib_wrap,
     local_command_parts,
     map_path_in_text,
@@ -92,6 +99,16 @@ class SweepInterrupted(ChexflowError):
     """The runner was interrupted; the state folder resumes the sweep."""
 
 
+class SweepTimedOut(SweepInterrupted):
+    """The sweep's --timeout passed; the state folder resumes it."""
+
+
+# What Katib's trial controller records for a job that failed with the Job controller's
+# DeadlineExceeded (trial_controller_util.go UpdateTrialStatusCondition, v0.19.0).
+DEADLINE_REASON = "TrialFailed. Job reason: DeadlineExceeded"
+DEADLINE_MESSAGE = "Trial has failed. Job message: Job was active longer than specified deadline"
+
+
 LOCAL_COLLECTORS = ("StdOut", "File", "TensorFlowEvent")
 
 
@@ -112,6 +129,10 @@ def local_problems(exp: Experiment, trial_command: str | None) -> list[tuple[str
         out.append(("spec.nasConfig", "neural architecture search runs only on a cluster"))
     if trial_command is None and (why := controller_made_pods(exp)) is not None:
         out.append(("spec.trialTemplate.trialSpec", why))
+    try:
+        active_deadline(exp.trial_spec)
+    except TrialSpecError as e:
+        out.append(tuple(str(e).split(": ", 1)))
     return out
 
 
@@ -179,12 +200,15 @@ class _Running:
     stdout_file: Path | None = None  # StdOut wrapped as on Katib: the output goes to this file
     log_lock: threading.Lock = field(default_factory=threading.Lock)
     error_line: str = ""  # the last `PROG: error: ...` line: chexflow's own one-line reason
+    deadline_timer: threading.Timer | None = None
+    deadline_exceeded: bool = False
 
 
 class LocalRunner:
     def __init__(self, exp: Experiment, state: SweepState, trial_command: str | None = None,
                  volumes: dict[str, Path] | None = None, trial_args: list[str] | None = None,
-                 echo: Callable[[str], None] = print, progress: bool = True):
+                 echo: Callable[[str], None] = print, progress: bool = True,
+                 timeout: float | None = None):
         self.exp = exp
         self.state = state
         self.trial_command = trial_command
@@ -192,6 +216,8 @@ class LocalRunner:
         self.trial_args = trial_args or []
         self.echo = echo
         self.progress = progress
+        self.timeout = timeout
+        self.deadline: float | None = None  # time.monotonic() when the sweep must stop
         self.parser = TextParser(exp.objective.metric_names, exp.collector.formats)
         self.suggester = make_suggester(exp, state.seed, state.optuna_study_attrs)
         self.events: queue.Queue = queue.Queue()
@@ -326,7 +352,7 @@ class LocalRunner:
     def launch(self, rec: TrialRecord) -> None:
         self._empty_metrics_dir(rec)
         cmd, extra_env = self.command_for(rec)
-        env = {**os.environ, **extra_env, TRIAL_ENV: rec.name,
+        env = {**os.environ, **extra_env, TRIAL_ENV: rec.name, STATE_ENV: self.state.marker,
                "CHEXFLOW_KATIB_EXPERIMENT": self.exp.name}
         if self.trial_command is None:  # Katib's webhook gives the primary container its name
             env[KATIB_TRIAL_ENV] = rec.name
@@ -355,6 +381,10 @@ class LocalRunner:
         if run.stdout_file is not None or (
                 rule is not None and self.exp.collector.kind == "File" and not self.no_collector):
             run.tail = threading.Thread(target=self._tail, args=(run, log), daemon=True)
+        if (deadline := active_deadline(self.exp.trial_spec)) is not None:
+            run.deadline_timer = threading.Timer(deadline[1], self._deadline_passed, (run,))
+            run.deadline_timer.daemon = True
+            run.deadline_timer.start()
         self.running[rec.name] = run
         self._save()
         if run.tail is not None:  # before the watcher, which joins it
@@ -430,6 +460,13 @@ class LocalRunner:
                 return
             time.sleep(0.2)
 
+    def _deadline_passed(self, run: _Running) -> None:
+        """The job's activeDeadlineSeconds passed: stop it, as the Job controller does."""
+        with self.lock:
+            if run.proc.poll() is None and not run.stop_requested:
+                run.deadline_exceeded = True
+                self._terminate(run)
+
     def _terminate(self, run: _Running) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(run.proc.pid, signal.SIGTERM)
@@ -445,9 +482,13 @@ class LocalRunner:
 
     def _finish(self, name: str, code: int) -> None:
         run = self.running.pop(name)
+        if run.deadline_timer is not None:
+            run.deadline_timer.cancel()
         rec = run.rec
         rec.exit_code, rec.finished, rec.pgid = code, now(), None
-        if run.stop_requested:
+        if run.deadline_exceeded:
+            rec.status, rec.reason, rec.message = "Failed", DEADLINE_REASON, DEADLINE_MESSAGE
+        elif run.stop_requested:
             rule = run.checker.rule
             rec.status = "EarlyStopped"
             rec.message = (f"best {rule.metric}={run.checker.best:.6g} is "
@@ -524,6 +565,8 @@ class LocalRunner:
         if self.progress:
             self.bar = tqdm(total=self.exp.max_trial_count, initial=done, unit="trial",
                             desc=self.exp.name, leave=False)
+        if self.timeout is not None:
+            self.deadline = time.monotonic() + self.timeout
         previous = signal.signal(signal.SIGTERM, self._sigterm)
         try:
             cond = self._loop()
@@ -569,8 +612,22 @@ class LocalRunner:
                 raise ChexflowError(f"experiment {exp.name}: no trial to run and no end condition")
             self._wait_event()
 
+    def _next_event(self) -> tuple:
+        """The next trial event; SweepTimedOut once the sweep's deadline has passed."""
+        if self.deadline is None:
+            return self.events.get()
+        try:
+            if time.monotonic() >= self.deadline:
+                raise queue.Empty
+            return self.events.get(timeout=self.deadline - time.monotonic())
+        except queue.Empty:
+            raise SweepTimedOut(
+                f"experiment {self.exp.name}: --timeout {self.timeout:g}s passed; its "
+                f"{len(self.running)} running trials were stopped; resume with the same command "
+                f"(state: {self.state.directory})") from None
+
     def _wait_event(self) -> None:
-        event = self.events.get()
+        event = self._next_event()
         while True:
             if event[0] == "exit":
                 run = self.running.get(event[1])
@@ -598,6 +655,8 @@ class LocalRunner:
                 run.proc.wait()
             if run.thread is not None:
                 run.thread.join(timeout=5)
+            if run.deadline_timer is not None:
+                run.deadline_timer.cancel()
             if final:
                 rec = run.rec
                 rec.status, rec.finished, rec.pgid = "Killed", now(), None

@@ -127,6 +127,25 @@ def primary_pod_mismatch(exp: Experiment) -> str | None:
             f"{json.dumps(labels)})")
 
 
+def active_deadline(spec: dict) -> tuple[str, int] | None:
+    """(field, seconds) of the trial job's deadline: a batch Job's spec.activeDeadlineSeconds,
+    the runPolicy's of an MPIJob (v2beta1) or a Kubeflow training job (v1). Past it, the Job
+    controller (the MPIJob's launcher Job) stops the pods and marks the job Failed with reason
+    DeadlineExceeded."""
+    inner = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+    if spec.get("kind") == "Job" and spec.get("apiVersion") == "batch/v1":
+        path, value = "spec.activeDeadlineSeconds", inner.get("activeDeadlineSeconds")
+    else:
+        policy = inner.get("runPolicy") if isinstance(inner.get("runPolicy"), dict) else {}
+        path, value = "spec.runPolicy.activeDeadlineSeconds", policy.get("activeDeadlineSeconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TrialSpecError(f"spec.trialTemplate.trialSpec.{path}: {value!r}: expected a whole "
+                             "number of seconds greater than 0")
+    return path, value
+
+
 def render_command_string(command: str, values: dict[str, str]) -> str:
     """--trial-command: substitute, shell-quoting each value."""
     def repl(m):
