@@ -190,3 +190,16 @@ def test_reaper_signals_are_ignored_until_its_pipe_closes():
     assert reaper.poll() is None
     end_reaper(reaper, timeout=10)
     assert reaper.returncode == 0
+
+
+def test_a_trial_ends_with_its_main_process_even_if_a_child_holds_its_output(tmp_path: Path):
+    """As a pod's processes end with its container: a child left behind (here in a session of
+    its own, holding the trial's output) is stopped, and the trial is reported at once."""
+    token = f"chexflow-child-{os.getpid()}"
+    cmd = f"setsid {PY} -c 'import time; time.sleep(300)' {token} & echo loss=0.5"
+    started = time.monotonic()
+    tune(example("random"), tmp_path / "s", cmd, *budget(1, 1))
+    assert time.monotonic() - started < 60
+    assert [t["status"] for t in read_json(tmp_path / "s" / "results.json")["trials"]] == [
+        "Succeeded"]
+    assert not sleepers(token)

@@ -88,7 +88,7 @@ from chexflow.katib.trialspec import (
     trial_values,
     volume_mounts,
 )
-from chexflow.processes import die_with_parent
+from chexflow.processes import die_with_parent, marked
 
 NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 KILL_GRACE_S = 10.0
@@ -390,6 +390,7 @@ class LocalRunner:
         if run.tail is not None:  # before the watcher, which joins it
             run.tail.start()
         run.thread.start()
+        threading.Thread(target=self._end_with_main, args=(run,), daemon=True).start()
 
     def _not_started(self, rec: TrialRecord, shown: str, reason: str, log) -> None:
         """A trial whose program could not be executed: Failed with the reason (a rerun on the
@@ -467,14 +468,30 @@ class LocalRunner:
                 run.deadline_exceeded = True
                 self._terminate(run)
 
-    def _terminate(self, run: _Running) -> None:
+    @staticmethod
+    def _signal(run: _Running, sig: int) -> None:
+        """`sig` to the trial's process group and to its processes outside it (a `setsid`
+        child, horovodrun's workers), which their environment names."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.proc.pid, signal.SIGTERM)
+            os.killpg(run.proc.pid, sig)
+        for pid in marked(TRIAL_ENV, run.rec.name):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def _end_with_main(self, run: _Running) -> None:
+        """When the trial's main process ends, the rest of the trial ends too, as a pod's
+        processes end with its container (a child left holding the output would keep the
+        trial from ever being reported)."""
+        run.proc.wait()
+        if marked(TRIAL_ENV, run.rec.name):
+            self._terminate(run)
+
+    def _terminate(self, run: _Running) -> None:
+        self._signal(run, signal.SIGTERM)
 
         def force():
-            if run.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.proc.pid, signal.SIGKILL)
+            if run.proc.poll() is None or marked(TRIAL_ENV, run.rec.name):
+                self._signal(run, signal.SIGKILL)
 
         timer = threading.Timer(KILL_GRACE_S, force)
         timer.daemon = True
@@ -643,16 +660,16 @@ class LocalRunner:
     def _stop_all(self, final: bool) -> None:
         """Stop running trials: at the end they are Killed; on interruption they stay Running."""
         for run in list(self.running.values()):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.proc.pid, signal.SIGTERM)
+            self._signal(run, signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_S
         for run in list(self.running.values()):
             try:
                 run.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.proc.pid, signal.SIGKILL)
+                self._signal(run, signal.SIGKILL)
                 run.proc.wait()
+            if marked(TRIAL_ENV, run.rec.name):
+                self._signal(run, signal.SIGKILL)
             if run.thread is not None:
                 run.thread.join(timeout=5)
             if run.deadline_timer is not None:
