@@ -79,6 +79,8 @@ from chexflow.katib.trialspec import (
     local_command_parts,
     map_path_in_text,
     map_paths,
+    override_args,
+    parent_named,
     pod_specs,
     primary_container,
     primary_pod_mismatch,
@@ -253,16 +255,35 @@ class LocalRunner:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
-    def collector_paths(self, rec: TrialRecord) -> tuple[str, Path] | None:
-        """(container folder, local folder) of the collector's path (StdOut: /var/log/katib,
-        where Katib's wrapper writes the output and its pid file)."""
+    def collector_folder(self) -> str | None:
+        """The container folder Katib mounts for the collector (StdOut: /var/log/katib, where
+        Katib's wrapper writes the output and its pid file)."""
         c = self.exp.collector
-        if c.kind not in ("StdOut", "File", "TensorFlowEvent"):
-            return None
         if c.kind == "StdOut":  # Katib mounts its folder at /var/log/katib for StdOut too
-            folder = os.path.dirname(DEFAULT_FILE_PATH)
-        else:
-            folder = os.path.dirname(c.path) if c.kind == "File" else c.path.rstrip("/")
+            return os.path.dirname(DEFAULT_FILE_PATH)
+        if c.kind == "File":
+            return os.path.dirname(c.path)
+        return c.path.rstrip("/") if c.kind == "TensorFlowEvent" else None
+
+    def command_text(self, rec: TrialRecord) -> str:
+        """The trial's command line as written (--trial-command, or the primary container's
+        command and args), its values substituted."""
+        if self.trial_command is not None:
+            values = trial_values(self.exp, rec.name, rec.parameters)
+            return render_command_string(self.trial_command, values)
+        container, _ = primary_container(self.exp, render_trial_spec(self.exp, rec.name,
+                                                                     rec.parameters))
+        argv = (container.get("command") or []) + (container.get("args") or [])
+        return " ".join(override_args([str(a) for a in argv], self.trial_args))
+
+    def collector_paths(self, rec: TrialRecord) -> tuple[str, Path] | None:
+        """(container folder, local folder) of the collector's folder: a trialSpec volume's
+        local folder when it lies on one, else STATE/trials/NAME/metrics. For TensorFlowEvent,
+        the container folder is the highest folder above the collector's that the command
+        names (parent_named), so the program's own subfolders land in the trial's folder."""
+        folder = self.collector_folder()
+        if folder is None:
+            return None
         if self.trial_command is None:
             spec = render_trial_spec(self.exp, rec.name, rec.parameters)
             _, pods = primary_container(self.exp, spec)
@@ -271,7 +292,10 @@ class LocalRunner:
             if mapped != folder:
                 return folder, Path(mapped)
         local = self.trial_dir(rec) / "metrics"
-        local.mkdir(exist_ok=True)
+        if self.exp.collector.kind == "TensorFlowEvent":
+            folder = parent_named(folder, self.command_text(rec))
+        (local / os.path.relpath(self.collector_folder(), folder)).mkdir(parents=True,
+                                                                        exist_ok=True)
         return folder, local
 
     def _empty_metrics_dir(self, rec: TrialRecord) -> None:
@@ -285,18 +309,34 @@ class LocalRunner:
         folder, local = self.collector_paths(rec)
         return local / os.path.relpath(self.exp.collector.path.rstrip("/"), folder)
 
+    def path_maps(self, rec: TrialRecord) -> list[tuple[str, Path, bool]]:
+        """(container path, local path, paths below it too) for the trial's command: the
+        collector's folder and what lies below it; a folder above it named by the command
+        (collector_paths), only where it is named as a whole."""
+        paths = self.collector_paths(rec)
+        if paths is None:
+            return []
+        folder, local = paths
+        inner = self.collector_folder()
+        if inner == folder:
+            return [(folder, local, True)]
+        return [(inner, local / os.path.relpath(inner, folder), True), (folder, local, False)]
+
     def command_for(self, rec: TrialRecord) -> tuple[list[str] | str, dict[str, str]]:
         """argv (or a shell string for --trial-command) and extra environment."""
-        paths = self.collector_paths(rec)
+        maps = self.path_maps(rec)
         if self.trial_command is not None:
-            values = trial_values(self.exp, rec.name, rec.parameters)
-            cmd = render_command_string(self.trial_command, values)
-            return (map_path_in_text(cmd, *paths) if paths else cmd), {}
+            cmd = self.command_text(rec)
+            for container, local, below in maps:
+                cmd = map_path_in_text(cmd, container, local, below)
+            return cmd, {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
         argv, env, ours = local_command_parts(self.exp, spec, self.volumes,
                                               self.state.directory / "volumes", self.trial_args)
-        if paths:
-            argv = map_paths(argv, {paths[0]: paths[1]})
+        for container, local, below in maps:
+            argv = (map_paths(argv, {container: local}) if below
+                    else [map_path_in_text(a, container, local, below) for a in argv])
+        paths = maps[0][:2] if maps else None  # the collector's own folder, locally
         if self.exp.collector.kind in WRAPPED_COLLECTORS and paths and not self.no_collector:
             container, _ = primary_container(self.exp, spec)
             kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []

@@ -20,7 +20,7 @@ import json
 import os
 import re
 import shlex
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chexflow.errors import ChexflowError
@@ -223,11 +223,30 @@ def map_paths(argv: list[str], mounts: dict[str, Path]) -> list[str]:
     return out
 
 
-def map_path_in_text(text: str, container: str, local: Path) -> str:
-    """Rewrite `container` in a shell command line where it is a whole path (`/katib`,
-    `/katib/x`, `--out=/katib`), not part of another (`/katib-data/x`, `a/katib`)."""
-    pattern = rf"(?<![\w./~-]){re.escape(container.rstrip('/') or '/')}(?![\w.~-])"
-    return re.sub(pattern, lambda _: str(local), text)
+def _whole_path(path: str, below: bool) -> str:
+    """A regex for `path` as a whole path in a command line (`/katib`, `--out=/katib`), not part
+    of another (`/katib-data/x`, `a/katib`); `below`: also where a path goes on below it
+    (`/katib/x`)."""
+    head = rf"(?<![\w./~-]){re.escape(path.rstrip('/') or '/')}"
+    return head + (r"(?![\w.~-])" if below else r"/?(?![\w.~/-])")
+
+
+def map_path_in_text(text: str, container: str, local: Path, below: bool = True) -> str:
+    """Rewrite `container` in a shell command line (or one argument) where it is a whole path
+    (`/katib`, `--out=/katib`, with `below` also `/katib/x`), not part of another
+    (`/katib-data/x`, `a/katib`)."""
+    return re.sub(_whole_path(container, below), lambda _: str(local), text)
+
+
+def parent_named(folder: str, text: str) -> str:
+    """The highest folder above `folder` (not `/`) that the command line `text` names as a
+    whole path of its own, else `folder`. Katib's tf-mnist-with-summaries example gives its
+    program `--log-path=/mnist-with-summaries-logs`, which writes the `test` and `train`
+    folders in it, and has the TensorFlowEvent collector read `/mnist-with-summaries-logs/test`."""
+    for parent in reversed(PurePosixPath(folder).parents[:-1]):  # the highest first
+        if re.search(_whole_path(str(parent), below=False), text):
+            return str(parent)
+    return folder
 
 
 def override_args(argv: list[str], overrides: list[str]) -> list[str]:
