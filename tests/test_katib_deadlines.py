@@ -126,7 +126,8 @@ def test_a_resume_killed_in_its_first_seconds_still_stops_the_leftovers(tmp_path
 def test_timeout_stops_a_local_sweep_that_a_rerun_resumes(tmp_path: Path):
     flag, state = tmp_path / "finish", tmp_path / "s"
     token = f"chexflow-timeout-{os.getpid()}"
-    cmd = (f"if [ -f {flag} ]; then echo loss=0.5; else {PY} -c 'import time; "
+    # the sleeper ignores SIGTERM: stopped by SIGKILL after the grace
+    cmd = (f"if [ -f {flag} ]; then echo loss=0.5; else trap '' TERM; {PY} -c 'import time; "
            f"time.sleep(300)' {token}; fi")
     started = time.monotonic()
     proc = tune(example("random"), state, cmd, *budget(1, 1), "--timeout", "3", check=False)
