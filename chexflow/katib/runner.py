@@ -678,10 +678,11 @@ class LocalRunner:
                 raise queue.Empty
             return self.events.get(timeout=self.deadline - time.monotonic())
         except queue.Empty:
+            n = len(self.running)
             raise SweepTimedOut(
-                f"experiment {self.exp.name}: --timeout {self.timeout:g}s passed; its "
-                f"{len(self.running)} running trials were stopped; resume with the same command "
-                f"(state: {self.state.directory})") from None
+                f"experiment {self.exp.name}: --timeout {self.timeout:g}s passed; {n} running "
+                f"trial{'s' if n != 1 else ''} stopped; resume with the same command (state: "
+                f"{self.state.directory})") from None
 
     def _wait_event(self) -> None:
         event = self._next_event()
