@@ -14,10 +14,7 @@ joined without quoting under `sh -c`, StdOut's output sent to the collector's me
 Metrics: StdOut is parsed line by line while the trial runs (medianstop acts on it); File and
 TensorFlowEvent are read when the trial's process ends, and with a stop rule the File is
 followed while the trial runs, as Katib's collector does (Katib's TensorFlowEvent collector has
-no early stopping). Katib mounts a folder of its own at the
-collector's path in each trial pod; locally each trial gets STATE/trials/NAME/metrics there (the
-container path in the trial's command is rewritten to it), unless the path lies on one of the
-trialSpec's volumes, which map to local folders as usual.
+no early stopping). Where the collector's folder is locally: collectorpaths.
 
 Deadlines: a trial past its job's activeDeadlineSeconds (trialspec.active_deadline) is stopped
 and Failed as Katib records a job's DeadlineExceeded; past `timeout` the sweep stops its trials
@@ -30,7 +27,6 @@ import contextlib
 import os
 import queue
 import secrets
-import shutil
 import signal
 import subprocess
 import threading
@@ -41,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
+from chexflow.katib.collectorpaths import TrialFolders
 from chexflow.katib.earlystop import RuleChecker, StopRule, median_rule
 from chexflow.katib.experiment import DEFAULT_FILE_PATH, Experiment
 from chexflow.katib.metrics import (
@@ -79,8 +76,6 @@ from chexflow.katib.trialspec import (
     local_command_parts,
     map_path_in_text,
     map_paths,
-    override_args,
-    parent_named,
     pod_specs,
     primary_container,
     primary_pod_mismatch,
@@ -88,7 +83,6 @@ from chexflow.katib.trialspec import (
     render_command_string,
     render_trial_spec,
     trial_values,
-    volume_mounts,
 )
 from chexflow.processes import die_with_parent, marked
 
@@ -218,6 +212,8 @@ class LocalRunner:
         self.trial_args = trial_args or []
         self.echo = echo
         self.progress = progress
+        self.folders = TrialFolders(exp, state.directory, trial_command, self.volumes,
+                                    self.trial_args)
         self.timeout = timeout
         self.deadline: float | None = None  # time.monotonic() when the sweep must stop
         self.parser = TextParser(exp.objective.metric_names, exp.collector.formats)
@@ -251,82 +247,16 @@ class LocalRunner:
         return median_rule(self.exp, logs)
 
     def trial_dir(self, rec: TrialRecord) -> Path:
-        d = self.state.directory / "trials" / rec.name
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
-    def collector_folder(self) -> str | None:
-        """The container folder Katib mounts for the collector (StdOut: /var/log/katib, where
-        Katib's wrapper writes the output and its pid file)."""
-        c = self.exp.collector
-        if c.kind == "StdOut":  # Katib mounts its folder at /var/log/katib for StdOut too
-            return os.path.dirname(DEFAULT_FILE_PATH)
-        if c.kind == "File":
-            return os.path.dirname(c.path)
-        return c.path.rstrip("/") if c.kind == "TensorFlowEvent" else None
-
-    def command_text(self, rec: TrialRecord) -> str:
-        """The trial's command line as written (--trial-command, or the primary container's
-        command and args), its values substituted."""
-        if self.trial_command is not None:
-            values = trial_values(self.exp, rec.name, rec.parameters)
-            return render_command_string(self.trial_command, values)
-        container, _ = primary_container(self.exp, render_trial_spec(self.exp, rec.name,
-                                                                     rec.parameters))
-        argv = (container.get("command") or []) + (container.get("args") or [])
-        return " ".join(override_args([str(a) for a in argv], self.trial_args))
-
-    def collector_paths(self, rec: TrialRecord) -> tuple[str, Path] | None:
-        """(container folder, local folder) of the collector's folder: a trialSpec volume's
-        local folder when it lies on one, else STATE/trials/NAME/metrics. For TensorFlowEvent,
-        the container folder is the highest folder above the collector's that the command
-        names (parent_named), so the program's own subfolders land in the trial's folder."""
-        folder = self.collector_folder()
-        if folder is None:
-            return None
-        if self.trial_command is None:
-            spec = render_trial_spec(self.exp, rec.name, rec.parameters)
-            _, pods = primary_container(self.exp, spec)
-            mounts = volume_mounts(pods, self.volumes, self.state.directory / "volumes")
-            mapped = map_paths([folder], mounts)[0]
-            if mapped != folder:
-                return folder, Path(mapped)
-        local = self.trial_dir(rec) / "metrics"
-        if self.exp.collector.kind == "TensorFlowEvent":
-            folder = parent_named(folder, self.command_text(rec))
-        (local / os.path.relpath(self.collector_folder(), folder)).mkdir(parents=True,
-                                                                        exist_ok=True)
-        return folder, local
-
-    def _empty_metrics_dir(self, rec: TrialRecord) -> None:
-        """A new attempt starts with an empty collector folder (Katib: a new pod's own one)."""
-        local = self.trial_dir(rec) / "metrics"
-        if local.is_dir():
-            shutil.rmtree(local)
+        return self.folders.trial_dir(rec)
 
     def collected_path(self, rec: TrialRecord) -> Path:
-        """The local file (File) or folder (TensorFlowEvent) the collector reads."""
-        folder, local = self.collector_paths(rec)
-        return local / os.path.relpath(self.exp.collector.path.rstrip("/"), folder)
-
-    def path_maps(self, rec: TrialRecord) -> list[tuple[str, Path, bool]]:
-        """(container path, local path, paths below it too) for the trial's command: the
-        collector's folder and what lies below it; a folder above it named by the command
-        (collector_paths), only where it is named as a whole."""
-        paths = self.collector_paths(rec)
-        if paths is None:
-            return []
-        folder, local = paths
-        inner = self.collector_folder()
-        if inner == folder:
-            return [(folder, local, True)]
-        return [(inner, local / os.path.relpath(inner, folder), True), (folder, local, False)]
+        return self.folders.collected(rec)
 
     def command_for(self, rec: TrialRecord) -> tuple[list[str] | str, dict[str, str]]:
         """argv (or a shell string for --trial-command) and extra environment."""
-        maps = self.path_maps(rec)
+        maps = self.folders.path_maps(rec)
         if self.trial_command is not None:
-            cmd = self.command_text(rec)
+            cmd = self.folders.command_text(rec)
             for container, local, below in maps:
                 cmd = map_path_in_text(cmd, container, local, below)
             return cmd, {}
@@ -353,7 +283,7 @@ class LocalRunner:
         if (self.exp.collector.kind != "StdOut" or self.trial_command is not None
                 or self.no_collector):
             return None
-        return self.collector_paths(rec)[1] / os.path.basename(DEFAULT_FILE_PATH)
+        return self.folders.paths(rec)[1] / os.path.basename(DEFAULT_FILE_PATH)
 
     def quoting_note(self, rec: TrialRecord) -> str | None:
         """The line saying why Katib's join breaks this trial's command, and how to fix it."""
@@ -390,7 +320,7 @@ class LocalRunner:
             self.state.save()
 
     def launch(self, rec: TrialRecord) -> None:
-        self._empty_metrics_dir(rec)
+        self.folders.empty_metrics(rec)
         cmd, extra_env = self.command_for(rec)
         env = {**os.environ, **extra_env, TRIAL_ENV: rec.name, STATE_ENV: self.state.marker,
                "CHEXFLOW_KATIB_EXPERIMENT": self.exp.name}
