@@ -1,9 +1,21 @@
-"""Child processes that do not outlive the process that started them."""
+"""Child processes that do not outlive the process that started them.
+
+`die_with_parent` covers a direct child. A child's own children (a shell's program, horovodrun's
+workers) are found by a variable in their environment, which they all inherit: `start_reaper`
+starts a small process that stops every process marked so when its starter dies (even by
+SIGKILL), `stop_marked` stops them at once.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
@@ -16,3 +28,67 @@ def die_with_parent(sig: int = signal.SIGTERM):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
 
     return preexec
+
+
+def marked(name: str, value: str) -> list[int]:
+    """Processes (not this one) whose environment holds NAME=VALUE."""
+    marker = f"{name}={value}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def stop_marked(name: str, value: str, grace: float = 5.0) -> int:
+    """SIGTERM the processes marked NAME=VALUE, SIGKILL those left after `grace` seconds;
+    returns how many there were."""
+    pids = marked(name, value)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in marked(name, value):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and marked(name, value):
+            time.sleep(0.1)
+        if not marked(name, value):
+            break
+    return len(pids)
+
+
+def start_reaper(name: str, value: str, grace: float = 5.0) -> subprocess.Popen:
+    """A process that waits for this one to end (its stdin pipe closes, however this one dies),
+    then stops the processes marked NAME=VALUE. Close its stdin to end it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "chexflow.processes", name, value, str(grace)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+def end_reaper(reaper: subprocess.Popen, timeout: float = 30.0) -> None:
+    """Close the reaper's pipe (it stops what is left marked) and wait for it."""
+    with contextlib.suppress(OSError):
+        reaper.stdin.close()
+    try:
+        reaper.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
+
+
+def _reap(name: str, value: str, grace: float) -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):  # only the pipe ends it
+        signal.signal(sig, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        while sys.stdin.buffer.read(4096):
+            pass
+    stop_marked(name, value, grace)
+
+
+if __name__ == "__main__":
+    _reap(sys.argv[1], sys.argv[2], float(sys.argv[3]))

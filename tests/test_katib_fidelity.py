@@ -508,3 +508,69 @@ def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path
          check=False)
     trial = read_json(tmp_path / "s" / "results.json")["trials"][0]
     assert trial["status"] == "MetricsUnavailable" and trial["metric_logs"] == {}
+
+
+# ---- trial kinds whose controller makes the pods ---------------------------------------------
+
+KATIB_V019 = Path(__file__).parent / "data" / "katib-v0.19"
+
+
+@pytest.mark.parametrize("name,kind", [("argo-workflow", "Workflow"),
+                                       ("trainjob-pytorch", "TrainJob")])
+def test_workflow_and_trainjob_examples_pass_katibs_rules_and_locally_name_their_kind(
+        name, kind, tmp_path: Path):
+    """Katib's webhook asks only that primaryContainerName is set; the container is in the pods
+    the Workflow or the training runtime makes. Locally: one line naming the kind and
+    --cluster, before any state is written; with --trial-command the sweep runs."""
+    spec = KATIB_V019 / f"{name}.yaml"
+    proc = run_chexflow("tune", spec, "--state", tmp_path / "s", check=False)
+    line = one_error_line(proc)
+    assert f"kind {kind} " in line and "--cluster" in line and "primaryContainerName" not in line
+    assert not (tmp_path / "s").exists()
+    proc = run_chexflow("tune", spec, "--cluster", "--state", tmp_path / "c",
+                        env={"KUBECONFIG": str(tmp_path / "none")}, check=False)
+    assert "no Kubernetes configuration" in one_error_line(proc)
+    tune(spec, tmp_path / "t", "--trial-command", "echo loss=0.5", *budget(1))
+    assert read_json(tmp_path / "t" / "results.json")["trials"][0]["status"] == "Succeeded"
+
+
+# ---- TensorFlowEvent: the program given the folder above the collector's ---------------------
+
+MNIST_SUMMARIES = """\
+import argparse, os, tensorflow as tf
+p = argparse.ArgumentParser()
+p.add_argument("--log-path")
+p.add_argument("--learning-rate", type=float)
+args, _ = p.parse_known_args()
+for sub, value in (("train", 0.9), ("test", args.learning_rate * 10)):  # as Katib's mnist.py
+    with tf.summary.create_file_writer(os.path.join(args.log_path, sub)).as_default():
+        tf.summary.scalar("accuracy", value, step=0)
+"""
+
+
+@pytest.mark.parametrize("how", ["trialSpec", "trial-command"])
+def test_tfevent_collector_under_the_folder_the_program_is_given(how, tmp_path: Path):
+    """Katib's tfjob-mnist-with-summaries: `--log-path=/mnist-with-summaries-logs`, the
+    collector reads `/mnist-with-summaries-logs/test`. Locally both land in the trial's folder
+    and only `test`'s events count (the program's `train` events say 0.9)."""
+    from chexflow.envs import trainer_python
+
+    script = tmp_path / "mnist.py"
+    script.write_text(MNIST_SUMMARIES)
+    d = yaml.safe_load((KATIB_V019 / "tfjob-mnist-with-summaries.yaml").read_text())
+    container = d["spec"]["trialTemplate"]["trialSpec"]["spec"]["tfReplicaSpecs"]["Worker"][
+        "template"]["spec"]["containers"][0]
+    command = container["command"][2:]  # the example's options, --log-path among them
+    extra = []
+    if how == "trialSpec":
+        container["command"] = ["python", str(script), *command]
+    else:
+        extra = ["--trial-command", f"{trainer_python()} {script} {' '.join(command)}"]
+    tune(write(tmp_path, d), tmp_path / "s", *extra, *budget(1))
+    trial = read_json(tmp_path / "s" / "results.json")["trials"][0]
+    assert trial["status"] == "Succeeded", trial
+    assert trial["metric_logs"]["accuracy"] == pytest.approx([trial["learning_rate"] * 10])
+    folder = tmp_path / "s" / "trials" / trial["trial"] / "metrics"
+    assert list((folder / "test").glob("events.out.tfevents.*"))
+    assert list((folder / "train").glob("events.out.tfevents.*"))
+    assert not Path("/mnist-with-summaries-logs").exists()

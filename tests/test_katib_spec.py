@@ -137,6 +137,26 @@ def test_invalid_specs_name_the_field(mutate, expected):
     assert str(err.value).startswith("x.yaml: ")
 
 
+ONE_PARAMETER_ERROR = [
+    (lambda d: d["spec"]["parameters"][0]["feasibleSpace"].update(min="0.9"), "must not be"),
+    (lambda d: d["spec"]["parameters"][1]["feasibleSpace"].update(max="lots"), "not a number"),
+    (lambda d: d["spec"]["parameters"][0].update(parameterType="float"), "not supported"),
+    (lambda d: d["spec"]["parameters"][0].pop("feasibleSpace"), "must be specified"),
+]
+
+
+@pytest.mark.parametrize("mutate,expected", ONE_PARAMETER_ERROR,
+                         ids=[b[1] for b in ONE_PARAMETER_ERROR])
+def test_a_bad_parameter_is_one_error_not_also_a_missing_reference(mutate, expected):
+    """The trialParameters reference to a parameter with an error of its own still exists: no
+    second error saying it does not."""
+    d = _base()
+    mutate(d)
+    with pytest.raises(SpecError) as err:
+        parse_experiment(d, "x.yaml")
+    assert expected in str(err.value) and "; " not in str(err.value), str(err.value)
+
+
 def test_cli_reports_a_bad_spec_in_one_line(tmp_path: Path):
     d = _base()
     d["spec"]["trialTemplate"]["trialParameters"][1]["reference"] = "mom"

@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the volume's source in every trial pod (repeatable)")
     p.add_argument("--namespace", help="--cluster: namespace (default: the spec's)")
     p.add_argument("--timeout", type=float, default=24 * 3600,
-                   help="--cluster: seconds to wait for the end (then the Experiment is "
-                   "deleted)")
+                   help="seconds to wait for the end: then --cluster deletes the Experiment; "
+                   "locally the running trials are stopped and a rerun resumes them")
     p.add_argument("--poll-interval", type=float, default=15.0,
                    help="--cluster: seconds between looks at the Experiment and its Trials")
     p.add_argument("--no-progress", action="store_true",
@@ -137,8 +137,9 @@ def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
 def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
     from chexflow.katib.results import write_results
     from chexflow.katib.runner import LocalRunner, check_local, dry_run
-    from chexflow.katib.state import open_state
+    from chexflow.katib.state import STATE_ENV, open_state
     from chexflow.katib.suggest import LIBRARY
+    from chexflow.processes import end_reaper, start_reaper
 
     check_local(exp, args.trial_command)
     volumes = _volumes(args.volumes)
@@ -155,11 +156,16 @@ def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
             print(json.dumps(s))
         return 0
     state.lock()
-    print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}, "
-          f"{exp.parallel_trial_count} in parallel, state in {state_dir}")
-    runner = LocalRunner(exp, state, args.trial_command, volumes, args.trial_args,
-                         progress=not args.no_progress)
-    cond = runner.run()
+    # however this process ends, even by SIGKILL, no trial process outlives it
+    reaper = start_reaper(STATE_ENV, state.marker)
+    try:
+        print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}, "
+              f"{exp.parallel_trial_count} in parallel, state in {state_dir}", flush=True)
+        runner = LocalRunner(exp, state, args.trial_command, volumes, args.trial_args,
+                             progress=not args.no_progress, timeout=args.timeout)
+        cond = runner.run()
+    finally:
+        end_reaper(reaper)
     summary = write_results(exp, state.directory, state.trials, state.conditions)
     print(table_text(_rows_for_print(summary)))
     print(f"experiment {exp.name}: {cond['type']} ({cond['reason']}: {cond['message']})")

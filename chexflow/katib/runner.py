@@ -14,10 +14,11 @@ joined without quoting under `sh -c`, StdOut's output sent to the collector's me
 Metrics: StdOut is parsed line by line while the trial runs (medianstop acts on it); File and
 TensorFlowEvent are read when the trial's process ends, and with a stop rule the File is
 followed while the trial runs, as Katib's collector does (Katib's TensorFlowEvent collector has
-no early stopping). Katib mounts a folder of its own at the
-collector's path in each trial pod; locally each trial gets STATE/trials/NAME/metrics there (the
-container path in the trial's command is rewritten to it), unless the path lies on one of the
-trialSpec's volumes, which map to local folders as usual.
+no early stopping). Where the collector's folder is locally: collectorpaths.
+
+Deadlines: a trial past its job's activeDeadlineSeconds (trialspec.active_deadline) is stopped
+and Failed as Katib records a job's DeadlineExceeded; past `timeout` the sweep stops its trials
+(left Running, so a rerun resumes them) and raises SweepTimedOut.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import contextlib
 import os
 import queue
 import secrets
-import shutil
 import signal
 import subprocess
 import threading
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
+from chexflow.katib.collectorpaths import TrialFolders
 from chexflow.katib.earlystop import RuleChecker, StopRule, median_rule
 from chexflow.katib.experiment import DEFAULT_FILE_PATH, Experiment
 from chexflow.katib.metrics import (
@@ -52,6 +53,7 @@ from chexflow.katib.results import trial_line
 from chexflow.katib.spec import SpecError
 from chexflow.katib.state import (
     COMPLETED,
+    STATE_ENV,
     TRIAL_ENV,
     SweepState,
     TrialRecord,
@@ -68,19 +70,21 @@ from chexflow.katib.suggest import (
 from chexflow.katib.templates import not_found
 from chexflow.katib.trialspec import (
     WRAPPED_COLLECTORS,
+    TrialSpecError,
+    active_deadline,
     katib_wrap,
     local_command_parts,
     map_path_in_text,
     map_paths,
+    pod_specs,
     primary_container,
     primary_pod_mismatch,
     quoting_note,
     render_command_string,
     render_trial_spec,
     trial_values,
-    volume_mounts,
 )
-from chexflow.processes import die_with_parent
+from chexflow.processes import die_with_parent, marked
 
 NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 KILL_GRACE_S = 10.0
@@ -89,6 +93,16 @@ KATIB_TRIAL_ENV = "KATIB_TRIAL_NAME"  # consts.EnvTrialName, set by Katib's pod 
 
 class SweepInterrupted(ChexflowError):
     """The runner was interrupted; the state folder resumes the sweep."""
+
+
+class SweepTimedOut(SweepInterrupted):
+    """The sweep's --timeout passed; the state folder resumes it."""
+
+
+# What Katib's trial controller records for a job that failed with the Job controller's
+# DeadlineExceeded (trial_controller_util.go UpdateTrialStatusCondition, v0.19.0).
+DEADLINE_REASON = "TrialFailed. Job reason: DeadlineExceeded"
+DEADLINE_MESSAGE = "Trial has failed. Job message: Job was active longer than specified deadline"
 
 
 LOCAL_COLLECTORS = ("StdOut", "File", "TensorFlowEvent")
@@ -109,7 +123,25 @@ def local_problems(exp: Experiment, trial_command: str | None) -> list[tuple[str
                     "run with --trial-command or --cluster"))
     if exp.raw["spec"].get("nasConfig") is not None:
         out.append(("spec.nasConfig", "neural architecture search runs only on a cluster"))
+    if trial_command is None and (why := controller_made_pods(exp)) is not None:
+        out.append(("spec.trialTemplate.trialSpec", why))
+    try:
+        active_deadline(exp.trial_spec)
+    except TrialSpecError as e:
+        out.append(tuple(str(e).split(": ", 1)))
     return out
+
+
+def controller_made_pods(exp: Experiment) -> str | None:
+    """Why a trialSpec has no pod template to run here: its kind's controller makes the pods
+    (an Argo Workflow's templates, a TrainJob's training runtime), so Katib finds the primary
+    container only in the pods; None when the trialSpec holds pod templates."""
+    spec = exp.trial_spec
+    if not spec or pod_specs(spec.get("spec", {})):
+        return None
+    return (f"kind {spec.get('kind')} ({spec.get('apiVersion')}) has no pod template: its "
+            "controller makes the pods, so the local runner cannot run it; use --cluster, or "
+            "--trial-command CMD")
 
 
 def check_local(exp: Experiment, trial_command: str | None) -> None:
@@ -164,12 +196,15 @@ class _Running:
     stdout_file: Path | None = None  # StdOut wrapped as on Katib: the output goes to this file
     log_lock: threading.Lock = field(default_factory=threading.Lock)
     error_line: str = ""  # the last `PROG: error: ...` line: chexflow's own one-line reason
+    deadline_timer: threading.Timer | None = None
+    deadline_exceeded: bool = False
 
 
 class LocalRunner:
     def __init__(self, exp: Experiment, state: SweepState, trial_command: str | None = None,
                  volumes: dict[str, Path] | None = None, trial_args: list[str] | None = None,
-                 echo: Callable[[str], None] = print, progress: bool = True):
+                 echo: Callable[[str], None] = print, progress: bool = True,
+                 timeout: float | None = None):
         self.exp = exp
         self.state = state
         self.trial_command = trial_command
@@ -177,6 +212,10 @@ class LocalRunner:
         self.trial_args = trial_args or []
         self.echo = echo
         self.progress = progress
+        self.folders = TrialFolders(exp, state.directory, trial_command, self.volumes,
+                                    self.trial_args)
+        self.timeout = timeout
+        self.deadline: float | None = None  # time.monotonic() when the sweep must stop
         self.parser = TextParser(exp.objective.metric_names, exp.collector.formats)
         self.suggester = make_suggester(exp, state.seed, state.optuna_study_attrs)
         self.events: queue.Queue = queue.Queue()
@@ -208,54 +247,26 @@ class LocalRunner:
         return median_rule(self.exp, logs)
 
     def trial_dir(self, rec: TrialRecord) -> Path:
-        d = self.state.directory / "trials" / rec.name
-        d.mkdir(parents=True, exist_ok=True)
-        return d
-
-    def collector_paths(self, rec: TrialRecord) -> tuple[str, Path] | None:
-        """(container folder, local folder) of the collector's path (StdOut: /var/log/katib,
-        where Katib's wrapper writes the output and its pid file)."""
-        c = self.exp.collector
-        if c.kind not in ("StdOut", "File", "TensorFlowEvent"):
-            return None
-        if c.kind == "StdOut":  # Katib mounts its folder at /var/log/katib for StdOut too
-            folder = os.path.dirname(DEFAULT_FILE_PATH)
-        else:
-            folder = os.path.dirname(c.path) if c.kind == "File" else c.path.rstrip("/")
-        if self.trial_command is None:
-            spec = render_trial_spec(self.exp, rec.name, rec.parameters)
-            _, pods = primary_container(self.exp, spec)
-            mounts = volume_mounts(pods, self.volumes, self.state.directory / "volumes")
-            mapped = map_paths([folder], mounts)[0]
-            if mapped != folder:
-                return folder, Path(mapped)
-        local = self.trial_dir(rec) / "metrics"
-        local.mkdir(exist_ok=True)
-        return folder, local
-
-    def _empty_metrics_dir(self, rec: TrialRecord) -> None:
-        """A new attempt starts with an empty collector folder (Katib: a new pod's own one)."""
-        local = self.trial_dir(rec) / "metrics"
-        if local.is_dir():
-            shutil.rmtree(local)
+        return self.folders.trial_dir(rec)
 
     def collected_path(self, rec: TrialRecord) -> Path:
-        """The local file (File) or folder (TensorFlowEvent) the collector reads."""
-        folder, local = self.collector_paths(rec)
-        return local / os.path.relpath(self.exp.collector.path.rstrip("/"), folder)
+        return self.folders.collected(rec)
 
     def command_for(self, rec: TrialRecord) -> tuple[list[str] | str, dict[str, str]]:
         """argv (or a shell string for --trial-command) and extra environment."""
-        paths = self.collector_paths(rec)
+        maps = self.folders.path_maps(rec)
         if self.trial_command is not None:
-            values = trial_values(self.exp, rec.name, rec.parameters)
-            cmd = render_command_string(self.trial_command, values)
-            return (map_path_in_text(cmd, *paths) if paths else cmd), {}
+            cmd = self.folders.command_text(rec)
+            for container, local, below in maps:
+                cmd = map_path_in_text(cmd, container, local, below)
+            return cmd, {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
         argv, env, ours = local_command_parts(self.exp, spec, self.volumes,
                                               self.state.directory / "volumes", self.trial_args)
-        if paths:
-            argv = map_paths(argv, {paths[0]: paths[1]})
+        for container, local, below in maps:
+            argv = (map_paths(argv, {container: local}) if below
+                    else [map_path_in_text(a, container, local, below) for a in argv])
+        paths = maps[0][:2] if maps else None  # the collector's own folder, locally
         if self.exp.collector.kind in WRAPPED_COLLECTORS and paths and not self.no_collector:
             container, _ = primary_container(self.exp, spec)
             kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
@@ -272,7 +283,7 @@ class LocalRunner:
         if (self.exp.collector.kind != "StdOut" or self.trial_command is not None
                 or self.no_collector):
             return None
-        return self.collector_paths(rec)[1] / os.path.basename(DEFAULT_FILE_PATH)
+        return self.folders.paths(rec)[1] / os.path.basename(DEFAULT_FILE_PATH)
 
     def quoting_note(self, rec: TrialRecord) -> str | None:
         """The line saying why Katib's join breaks this trial's command, and how to fix it."""
@@ -309,9 +320,9 @@ class LocalRunner:
             self.state.save()
 
     def launch(self, rec: TrialRecord) -> None:
-        self._empty_metrics_dir(rec)
+        self.folders.empty_metrics(rec)
         cmd, extra_env = self.command_for(rec)
-        env = {**os.environ, **extra_env, TRIAL_ENV: rec.name,
+        env = {**os.environ, **extra_env, TRIAL_ENV: rec.name, STATE_ENV: self.state.marker,
                "CHEXFLOW_KATIB_EXPERIMENT": self.exp.name}
         if self.trial_command is None:  # Katib's webhook gives the primary container its name
             env[KATIB_TRIAL_ENV] = rec.name
@@ -340,11 +351,16 @@ class LocalRunner:
         if run.stdout_file is not None or (
                 rule is not None and self.exp.collector.kind == "File" and not self.no_collector):
             run.tail = threading.Thread(target=self._tail, args=(run, log), daemon=True)
+        if (deadline := active_deadline(self.exp.trial_spec)) is not None:
+            run.deadline_timer = threading.Timer(deadline[1], self._deadline_passed, (run,))
+            run.deadline_timer.daemon = True
+            run.deadline_timer.start()
         self.running[rec.name] = run
         self._save()
         if run.tail is not None:  # before the watcher, which joins it
             run.tail.start()
         run.thread.start()
+        threading.Thread(target=self._end_with_main, args=(run,), daemon=True).start()
 
     def _not_started(self, rec: TrialRecord, shown: str, reason: str, log) -> None:
         """A trial whose program could not be executed: Failed with the reason (a rerun on the
@@ -415,14 +431,37 @@ class LocalRunner:
                 return
             time.sleep(0.2)
 
-    def _terminate(self, run: _Running) -> None:
+    def _deadline_passed(self, run: _Running) -> None:
+        """The job's activeDeadlineSeconds passed: stop it, as the Job controller does."""
+        with self.lock:
+            if run.proc.poll() is None and not run.stop_requested:
+                run.deadline_exceeded = True
+                self._terminate(run)
+
+    @staticmethod
+    def _signal(run: _Running, sig: int) -> None:
+        """`sig` to the trial's process group and to its processes outside it (a `setsid`
+        child, horovodrun's workers), which their environment names."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.proc.pid, signal.SIGTERM)
+            os.killpg(run.proc.pid, sig)
+        for pid in marked(TRIAL_ENV, run.rec.name):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+    def _end_with_main(self, run: _Running) -> None:
+        """When the trial's main process ends, the rest of the trial ends too, as a pod's
+        processes end with its container (a child left holding the output would keep the
+        trial from ever being reported)."""
+        run.proc.wait()
+        if marked(TRIAL_ENV, run.rec.name):
+            self._terminate(run)
+
+    def _terminate(self, run: _Running) -> None:
+        self._signal(run, signal.SIGTERM)
 
         def force():
-            if run.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.proc.pid, signal.SIGKILL)
+            if run.proc.poll() is None or marked(TRIAL_ENV, run.rec.name):
+                self._signal(run, signal.SIGKILL)
 
         timer = threading.Timer(KILL_GRACE_S, force)
         timer.daemon = True
@@ -430,9 +469,13 @@ class LocalRunner:
 
     def _finish(self, name: str, code: int) -> None:
         run = self.running.pop(name)
+        if run.deadline_timer is not None:
+            run.deadline_timer.cancel()
         rec = run.rec
         rec.exit_code, rec.finished, rec.pgid = code, now(), None
-        if run.stop_requested:
+        if run.deadline_exceeded:
+            rec.status, rec.reason, rec.message = "Failed", DEADLINE_REASON, DEADLINE_MESSAGE
+        elif run.stop_requested:
             rule = run.checker.rule
             rec.status = "EarlyStopped"
             rec.message = (f"best {rule.metric}={run.checker.best:.6g} is "
@@ -509,6 +552,8 @@ class LocalRunner:
         if self.progress:
             self.bar = tqdm(total=self.exp.max_trial_count, initial=done, unit="trial",
                             desc=self.exp.name, leave=False)
+        if self.timeout is not None:
+            self.deadline = time.monotonic() + self.timeout
         previous = signal.signal(signal.SIGTERM, self._sigterm)
         try:
             cond = self._loop()
@@ -554,8 +599,23 @@ class LocalRunner:
                 raise ChexflowError(f"experiment {exp.name}: no trial to run and no end condition")
             self._wait_event()
 
+    def _next_event(self) -> tuple:
+        """The next trial event; SweepTimedOut once the sweep's deadline has passed."""
+        if self.deadline is None:
+            return self.events.get()
+        try:
+            if time.monotonic() >= self.deadline:
+                raise queue.Empty
+            return self.events.get(timeout=self.deadline - time.monotonic())
+        except queue.Empty:
+            n = len(self.running)
+            raise SweepTimedOut(
+                f"experiment {self.exp.name}: --timeout {self.timeout:g}s passed; {n} running "
+                f"trial{'s' if n != 1 else ''} stopped; resume with the same command (state: "
+                f"{self.state.directory})") from None
+
     def _wait_event(self) -> None:
-        event = self.events.get()
+        event = self._next_event()
         while True:
             if event[0] == "exit":
                 run = self.running.get(event[1])
@@ -571,18 +631,20 @@ class LocalRunner:
     def _stop_all(self, final: bool) -> None:
         """Stop running trials: at the end they are Killed; on interruption they stay Running."""
         for run in list(self.running.values()):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(run.proc.pid, signal.SIGTERM)
+            self._signal(run, signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_S
         for run in list(self.running.values()):
             try:
                 run.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.proc.pid, signal.SIGKILL)
+                self._signal(run, signal.SIGKILL)
                 run.proc.wait()
+            if marked(TRIAL_ENV, run.rec.name):
+                self._signal(run, signal.SIGKILL)
             if run.thread is not None:
                 run.thread.join(timeout=5)
+            if run.deadline_timer is not None:
+                run.deadline_timer.cancel()
             if final:
                 rec = run.rec
                 rec.status, rec.finished, rec.pgid = "Killed", now(), None

@@ -294,7 +294,7 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
     template = errors.mapping("spec.trialTemplate", spec.get("trialTemplate"), required=True)
     if "configMap" not in template:
         config_map = None
-    _trial_template(errors, template, parameters, config_map)
+    _trial_template(errors, template, parameter_names(spec), config_map)
     collector = _metrics_collector(errors, spec)
 
     exp = Experiment(
@@ -494,7 +494,16 @@ def _apply_kind_defaults(tt: dict, kind: str) -> None:
         tt["primaryPodLabels"] = dict(labels)
 
 
-def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter],
+def parameter_names(spec: dict) -> set[str]:
+    """The names spec.parameters gives, also of parameters with an error of their own (a
+    reference to one is no second error)."""
+    items = spec.get("parameters")
+    if not isinstance(items, list):
+        return set()
+    return {str(p["name"]) for p in items if isinstance(p, dict) and p.get("name")}
+
+
+def _trial_template(errors: _Errors, tt: dict, names: set[str],
                     config_map: ConfigMapTemplate | None) -> None:
     path = "spec.trialTemplate"
     if not tt:
@@ -524,7 +533,6 @@ def _trial_template(errors: _Errors, tt: dict, parameters: list[Parameter],
         if not all(cm.get(k) for k in ("configMapName", "configMapNamespace", "templatePath")):
             errors.add(f"{path}.configMap",
                        "configMapName, configMapNamespace and templatePath must be specified")
-    names = {p.name for p in parameters}
     declared: set[str] = set()
     refs: set[str] = set()
     body, where = spec, f"{path}.trialSpec"

@@ -8,11 +8,9 @@ and assignments, after making sure their old processes are gone.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,9 +18,11 @@ from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.kube import finished_condition
+from chexflow.processes import stop_marked
 
 STATE_FILE = "state.json"
 TRIAL_ENV = "CHEXFLOW_KATIB_TRIAL"
+STATE_ENV = "CHEXFLOW_KATIB_STATE"  # every trial process of a sweep: its state folder
 ACTIVE = ("Created", "Running")
 COMPLETED = ("Succeeded", "Failed", "MetricsUnavailable", "EarlyStopped", "Killed")
 
@@ -47,6 +47,7 @@ class TrialRecord:
     logs: dict[str, list[float]] = field(default_factory=dict)
     exit_code: int | None = None
     message: str = ""
+    reason: str = ""  # Katib's condition reason where chexflow knows it (a job's deadline)
     restarts: int = 0
     pgid: int | None = None
     rule: dict | None = None
@@ -81,6 +82,11 @@ class SweepState:
     @property
     def path(self) -> Path:
         return self.directory / STATE_FILE
+
+    @property
+    def marker(self) -> str:
+        """STATE_ENV's value in this sweep's trial processes."""
+        return str(self.directory.resolve())
 
     def save(self) -> None:
         data = {
@@ -157,31 +163,7 @@ def open_state(directory: Path, experiment: str, fingerprint: str, spec: dict,
     return state
 
 
-def trial_processes(trial: str) -> list[int]:
-    """Processes that still run for this trial: their environment names it (see runner)."""
-    marker = f"{TRIAL_ENV}={trial}".encode()
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            if marker in (proc / "environ").read_bytes().split(b"\0"):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
-
-
 def kill_leftover(trial: TrialRecord, grace: float = 5.0) -> int:
-    """Kill the processes a dead runner left behind for this trial; returns how many."""
-    pids = trial_processes(trial.name)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and trial_processes(trial.name):
-            time.sleep(0.1)
-        if not trial_processes(trial.name):
-            break
-    return len(pids)
+    """Kill the processes a dead runner left behind for this trial (their environment names
+    it, see runner); returns how many."""
+    return stop_marked(TRIAL_ENV, trial.name, grace)

@@ -20,7 +20,7 @@ import json
 import os
 import re
 import shlex
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chexflow.errors import ChexflowError
@@ -127,6 +127,25 @@ def primary_pod_mismatch(exp: Experiment) -> str | None:
             f"{json.dumps(labels)})")
 
 
+def active_deadline(spec: dict) -> tuple[str, int] | None:
+    """(field, seconds) of the trial job's deadline: a batch Job's spec.activeDeadlineSeconds,
+    the runPolicy's of an MPIJob (v2beta1) or a Kubeflow training job (v1). Past it, the Job
+    controller (the MPIJob's launcher Job) stops the pods and marks the job Failed with reason
+    DeadlineExceeded."""
+    inner = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+    if spec.get("kind") == "Job" and spec.get("apiVersion") == "batch/v1":
+        path, value = "spec.activeDeadlineSeconds", inner.get("activeDeadlineSeconds")
+    else:
+        policy = inner.get("runPolicy") if isinstance(inner.get("runPolicy"), dict) else {}
+        path, value = "spec.runPolicy.activeDeadlineSeconds", policy.get("activeDeadlineSeconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TrialSpecError(f"spec.trialTemplate.trialSpec.{path}: {value!r}: expected a whole "
+                             "number of seconds greater than 0")
+    return path, value
+
+
 def render_command_string(command: str, values: dict[str, str]) -> str:
     """--trial-command: substitute, shell-quoting each value."""
     def repl(m):
@@ -140,24 +159,24 @@ def render_command_string(command: str, values: dict[str, str]) -> str:
     return TRIAL_PARAM_RE.sub(repl, command)
 
 
-def _pod_specs(node: Any) -> list[dict]:
+def pod_specs(node: Any) -> list[dict]:
     """Every pod spec (a mapping with `containers`) inside a trialSpec."""
     found = []
     if isinstance(node, dict):
         if isinstance(node.get("containers"), list):
             found.append(node)
         for v in node.values():
-            found += _pod_specs(v)
+            found += pod_specs(v)
     elif isinstance(node, list):
         for v in node:
-            found += _pod_specs(v)
+            found += pod_specs(v)
     return found
 
 
 def primary_container(exp: Experiment, spec: dict) -> tuple[dict, list[dict]]:
     """The primary container and every pod spec of the trial (for their volumes)."""
     name = exp.trial_template.get("primaryContainerName")
-    pods = _pod_specs(spec.get("spec", {}))
+    pods = pod_specs(spec.get("spec", {}))
     for pod in pods:
         for c in pod["containers"]:
             if c.get("name") == name:
@@ -204,11 +223,30 @@ def map_paths(argv: list[str], mounts: dict[str, Path]) -> list[str]:
     return out
 
 
-def map_path_in_text(text: str, container: str, local: Path) -> str:
-    """Rewrite `container` in a shell command line where it is a whole path (`/katib`,
-    `/katib/x`, `--out=/katib`), not part of another (`/katib-data/x`, `a/katib`)."""
-    pattern = rf"(?<![\w./~-]){re.escape(container.rstrip('/') or '/')}(?![\w.~-])"
-    return re.sub(pattern, lambda _: str(local), text)
+def _whole_path(path: str, below: bool) -> str:
+    """A regex for `path` as a whole path in a command line (`/katib`, `--out=/katib`), not part
+    of another (`/katib-data/x`, `a/katib`); `below`: also where a path goes on below it
+    (`/katib/x`)."""
+    head = rf"(?<![\w./~-]){re.escape(path.rstrip('/') or '/')}"
+    return head + (r"(?![\w.~-])" if below else r"/?(?![\w.~/-])")
+
+
+def map_path_in_text(text: str, container: str, local: Path, below: bool = True) -> str:
+    """Rewrite `container` in a shell command line (or one argument) where it is a whole path
+    (`/katib`, `--out=/katib`, with `below` also `/katib/x`), not part of another
+    (`/katib-data/x`, `a/katib`)."""
+    return re.sub(_whole_path(container, below), lambda _: str(local), text)
+
+
+def parent_named(folder: str, text: str) -> str:
+    """The highest folder above `folder` (not `/`) that the command line `text` names as a
+    whole path of its own, else `folder`. Katib's tf-mnist-with-summaries example gives its
+    program `--log-path=/mnist-with-summaries-logs`, which writes the `test` and `train`
+    folders in it, and has the TensorFlowEvent collector read `/mnist-with-summaries-logs/test`."""
+    for parent in reversed(PurePosixPath(folder).parents[:-1]):  # the highest first
+        if re.search(_whole_path(str(parent), below=False), text):
+            return str(parent)
+    return folder
 
 
 def override_args(argv: list[str], overrides: list[str]) -> list[str]:
