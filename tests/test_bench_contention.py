@@ -38,9 +38,13 @@ def test_each_policy_renders_what_its_admission_reads():
 
 
 def test_a_stall_with_gpus_held_is_reported_as_a_deadlock():
-    samples = [contention.Sample(0, 0, 0, 0, 0), contention.Sample(10, 64, 64, 0, 0),
-               contention.Sample(20, 80, 0, 2, 1), contention.Sample(80, 80, 0, 2, 1)]
+    Sample = contention.Sample
+    samples = [Sample(0, 0, 0, 0, 0, 0, 160), Sample(10, 64, 64, 0, 0, 1, 160),
+               Sample(20, 80, 0, 2, 1, 0, 96), Sample(80, 80, 0, 2, 1, 0, 96)]
     s = contention.summarize(samples, jobs=3, capacity=80, sample_s=10)
     assert not s["drained"] and s["drain_s"] is None
     assert s["deadlocked_jobs"] == 2 and s["stalled_with_gpus_held"] == 80
     assert s["gpu_seconds_held_by_jobs_not_running"] == 80 * 60
+    # demand (160, then 96 GPUs) exceeded the 80 GPUs throughout; 64 of 80 worked at t=10
+    assert s["seconds_demand_exceeded_capacity"] == 80
+    assert s["mean_utilisation_while_backlogged"] == round(64 / (4 * 80), 3)

@@ -115,6 +115,7 @@ class Sample:
     partial_jobs: int  # jobs with some but not all workers bound
     finished: int
     placed_jobs: int = 0  # unfinished jobs with every worker bound (running, or about to)
+    demand_gpus: int = 0  # GPUs of the jobs not finished yet
 
 
 def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sample:
@@ -133,18 +134,17 @@ def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sa
             bound[job] += 1
         elif role == "launcher" and pod.status.phase == "Running":
             launcher_running.add(job)
-    finished = 0
-    for item in client.CustomObjectsApi(api).list_cluster_custom_object(
-            GROUP, VERSION, PLURAL)["items"]:
-        if item["metadata"]["name"] in plan and any(
+    done = {item["metadata"]["name"] for item in client.CustomObjectsApi(api)
+            .list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+            if item["metadata"]["name"] in plan and any(
                 c["type"] == "Succeeded" and c["status"] == "True"
-                for c in (item.get("status") or {}).get("conditions") or []):
-            finished += 1
+                for c in (item.get("status") or {}).get("conditions") or [])}
+    demand = sum(j.workers for name, j in plan.items() if name not in done) * gpus_per_node
     held = sum(bound.values()) * gpus_per_node
     working = sum(plan[j].workers for j in launcher_running) * gpus_per_node
     partial = sum(1 for j, n in bound.items() if 0 < n < plan[j].workers)
     placed = sum(1 for j, n in bound.items() if n == plan[j].workers)
-    return Sample(round(t, 2), held, working, partial, finished, placed)
+    return Sample(round(t, 2), held, working, partial, len(done), placed, demand)
 
 
 def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJob],
@@ -228,7 +228,7 @@ def summarize(samples: list[Sample], jobs: int, capacity: int, sample_s: float) 
     last = samples[-1]
     idle_held = sum((b.t - a.t) * (a.held_gpus - a.working_gpus)
                     for a, b in zip(samples, samples[1:], strict=False))
-    busy = [s for s in samples if s.finished < jobs]
+    busy = [s for s in samples if s.demand_gpus >= capacity]  # demand exceeds the GPUs
     drained = last.finished == jobs
     return {
         "jobs": jobs, "finished": last.finished, "drained": drained,
@@ -237,6 +237,9 @@ def summarize(samples: list[Sample], jobs: int, capacity: int, sample_s: float) 
         "stalled_with_gpus_held": 0 if drained else last.held_gpus,
         "max_partial_jobs": max(s.partial_jobs for s in samples),
         "gpu_seconds_held_by_jobs_not_running": round(idle_held),
+        "seconds_demand_exceeded_capacity": round(sum(
+            b.t - a.t for a, b in zip(samples, samples[1:], strict=False)
+            if a.demand_gpus >= capacity)),
         "mean_utilisation_while_backlogged": round(
             sum(s.working_gpus for s in busy) / (len(busy) * capacity), 3) if busy else None,
         "mean_held_while_backlogged": round(
@@ -312,7 +315,7 @@ def write_report(results: list[dict], settings: dict, out: Path) -> None:
 
 def markdown(results: list[dict], settings: dict) -> str:
     head = ("| policy | drained in | jobs deadlocked (partly placed) | GPU-hours held by jobs not "
-            "running | GPUs working while backlogged | GPUs held while backlogged | "
+            "running | GPUs working while demand exceeds them | GPUs held meanwhile | "
             f"{settings['fit_jobs']} fitting MPIJobs: create to all workers Running |\n"
             "|---|---|---|---|---|---|---|\n")
     rows = ""
