@@ -237,6 +237,30 @@ def test_medianstop_rule_is_the_mean_of_succeeded_trials_first_start_step_report
 
 
 
+def test_a_restarted_early_stopping_service_reads_katibs_db_again_and_gives_the_same_rule(
+        db_manager):
+    """The medianstop service's per-trial reports are a cache of katib-db-manager's logs: a
+    new service (a replaced pod) asks db-manager again and gives the old one's rule."""
+    manager, address = db_manager
+    pb = api()
+    exp = _experiment("es-restart", "random", [LR])
+    exp.spec.early_stopping.algorithm_name = "medianstop"
+    exp.spec.early_stopping.algorithm_settings.add(name="min_trials_required", value="2")
+    request = pb.GetEarlyStoppingRulesRequest(
+        experiment=exp, db_manager_address=address,
+        trials=[_trial("t0", {"lr": "0.01"}, "SUCCEEDED", 0.9),
+                _trial("t1", {"lr": "0.05"}, "SUCCEEDED", 0.7)])
+    answers = []
+    for _ in range(2):  # the first service, then a new one in its place
+        srv, port = server("EarlyStopping", "127.0.0.1:0")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            answers.append(list(_es_call(ch, "GetEarlyStoppingRules", request)
+                                .early_stopping_rules))
+        srv.stop(None)
+    assert answers[0] == answers[1] and len(answers[0]) == 1
+    assert manager.asked == [("t0", "val_auroc"), ("t1", "val_auroc")] * 2
+
+
 def _katib_round(channel, exp, points: list[dict], n: int = 4) -> list[dict] | str:
     """One request of Katib's suggestion controller for n more trials, with every Trial so far
     (the previous request's still Running, the earlier ones Succeeded with an objective that
