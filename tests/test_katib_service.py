@@ -5,6 +5,9 @@ The same service on the real Katib: tests/cluster/test_cluster_katib.py."""
 
 from __future__ import annotations
 
+import json
+import zlib
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -231,3 +234,91 @@ def test_medianstop_rule_is_the_mean_of_succeeded_trials_first_start_step_report
                 assert words in e.value.details()
     finally:
         srv.stop(None)
+
+
+
+def test_a_restarted_early_stopping_service_reads_katibs_db_again_and_gives_the_same_rule(
+        db_manager):
+    """The medianstop service's per-trial reports are a cache of katib-db-manager's logs: a
+    new service (a replaced pod) asks db-manager again and gives the old one's rule."""
+    manager, address = db_manager
+    pb = api()
+    exp = _experiment("es-restart", "random", [LR])
+    exp.spec.early_stopping.algorithm_name = "medianstop"
+    exp.spec.early_stopping.algorithm_settings.add(name="min_trials_required", value="2")
+    request = pb.GetEarlyStoppingRulesRequest(
+        experiment=exp, db_manager_address=address,
+        trials=[_trial("t0", {"lr": "0.01"}, "SUCCEEDED", 0.9),
+                _trial("t1", {"lr": "0.05"}, "SUCCEEDED", 0.7)])
+    answers = []
+    for _ in range(2):  # the first service, then a new one in its place
+        srv, port = server("EarlyStopping", "127.0.0.1:0")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            answers.append(list(_es_call(ch, "GetEarlyStoppingRules", request)
+                                .early_stopping_rules))
+        srv.stop(None)
+    assert answers[0] == answers[1] and len(answers[0]) == 1
+    assert manager.asked == [("t0", "val_auroc"), ("t1", "val_auroc")] * 2
+
+
+def _katib_round(channel, exp, points: list[dict], n: int = 4) -> list[dict] | str:
+    """One request of Katib's suggestion controller for n more trials, with every Trial so far
+    (the previous request's still Running, the earlier ones Succeeded with an objective that
+    depends on the assignment only): the suggestions (appended to `points`) or the error code."""
+    trials = []
+    for i, a in enumerate(points):
+        running = i >= len(points) - n
+        auroc = 0.5 + zlib.crc32(json.dumps(a, sort_keys=True).encode()) % 1000 / 4000
+        trials.append(_trial(f"{exp.name}-{i:03d}", a, "RUNNING" if running else "SUCCEEDED",
+                             None if running else auroc,
+                             f"2026-11-25T12:{i // 60:02d}:{i % 60:02d}Z"))
+    try:
+        new = _suggest(channel, exp, trials, n=n)
+    except grpc.RpcError as e:
+        return e.code().name
+    points += new
+    return new
+
+
+GRID_LR = {"name": "lr", "type": "DISCRETE", "list": ["0.001", "0.01", "0.1"]}
+RESTART_CASES = {"grid": [GRID_LR, OPT, BATCH], "multivariate-tpe": [LR, OPT, BATCH],
+                 "bayesianoptimization": [LR, OPT, BATCH]}
+
+
+@pytest.mark.parametrize("algorithm", sorted(RESTART_CASES))
+def test_a_restarted_service_continues_as_an_uninterrupted_one_without_repeats(algorithm):
+    """A Suggestion service restarted mid-Experiment (Katib's suggestion pod replaced: a new
+    server with nothing in memory) answers as the uninterrupted one does for the same trials:
+    the same suggestions, never a point a trial already holds, and the grid's end (18
+    combinations: 4+4+4+4+2, then OUT_OF_RANGE) at the same request."""
+    from chexflow.katib.service import SERVED
+
+    assert set(RESTART_CASES) == set(SERVED)  # every algorithm this service serves
+    settings = {"random_state": "3"}
+    # the model (GP, TPE), not only its random start, answers after the restart
+    if algorithm == "bayesianoptimization":
+        settings.update(n_initial_points="3", acq_optimizer="sampling")
+    elif algorithm == "multivariate-tpe":
+        settings["n_startup_trials"] = "3"
+    exp = _experiment(f"restart-{algorithm}", algorithm, RESTART_CASES[algorithm], settings,
+                      max_trials=24)
+    # skopt's GP takes seconds a call: the others get four requests of two
+    rounds, restart_at, n = (6, 4, 4) if algorithm == "grid" else (4, 2, 2)
+    runs = {}
+    for name, spans in (("uninterrupted", [(0, rounds)]),
+                        ("restarted", [(0, restart_at), (restart_at, rounds)])):
+        points: list[dict] = []
+        answers = []
+        for first, last in spans:  # a new service (nothing in memory) for each span
+            srv, port = server("Suggestion", "127.0.0.1:0")
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+                answers += [_katib_round(ch, exp, points, n) for _ in range(first, last)]
+            srv.stop(None)
+        runs[name] = (answers, points)
+    assert runs["restarted"] == runs["uninterrupted"]
+    answers, points = runs["restarted"]
+    if algorithm == "grid":
+        assert [len(a) if isinstance(a, list) else a for a in answers] == [
+            4, 4, 4, 4, 2, "OUT_OF_RANGE"]
+    keys = [json.dumps(a, sort_keys=True) for a in points]
+    assert len(set(keys)) == len(keys), keys

@@ -18,22 +18,25 @@ metrics collector checks the rule; when it fires, it ends the trial's process an
 SetTrialStatus, which adds the EarlyStopped condition to the Trial (the pod's service account:
 Katib gives it a Role for that) in the pod's namespace.
 
-As in Katib's services, the trials are the history: nothing is stored but the study-level state
-the trials do not carry (optuna's per-trial attributes, keyed by assignment, and the library's
-study attributes), kept in memory for the Experiment. The API's messages come from the
-kubeflow-katib wheel's `katib_api_pb2` (Katib's api.proto), loaded by path: the package's own
-`__init__` needs the Katib SDK's dependencies, which the control environment does not install.
+As in Katib's services, the trials are the history, and nothing else is kept between calls: each
+GetSuggestions rebuilds the library's study from the request's trials, seeded from the
+Experiment's name (or random_state) and the number of trials, and grid ids come from the
+assignments (suggest.py), so a restarted service (a replaced suggestion pod) answers as the old
+one would have: no point repeated, none forgotten. The served algorithms need no study-level
+state; cmaes and sobol, which do, are Katib's goptuna's on the cluster (algorithms.py).
+
+The API's messages come from the kubeflow-katib wheel's `katib_api_pb2` (Katib's api.proto),
+loaded by path: the package's own `__init__` needs the Katib SDK's dependencies, which the
+control environment does not install.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import threading
 import zlib
 from concurrent import futures
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -122,28 +125,10 @@ def experiment(msg: Any) -> Experiment:
         trial_template={}, collector=Collector(), resume_policy="Never", raw={})
 
 
-def _key(exp: Experiment, parameters: dict[str, Any]) -> str:
-    """An assignment as text, the same whether it came from a suggester or a Katib trial."""
-    return json.dumps({k: format_value(exp.parameter(k), v) for k, v in parameters.items()},
-                      sort_keys=True)
-
-
-@dataclass
-class Study:
-    """What one Experiment's suggester keeps that its trials do not carry."""
-
-    study_attrs: dict[str, Any] = field(default_factory=dict)
-    trial_attrs: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
 class SuggestionService:
     """GetSuggestions and ValidateAlgorithmSettings of Katib's Suggestion API."""
 
-    def __init__(self) -> None:
-        self.studies: dict[str, Study] = {}
-        self.lock = threading.Lock()
-
-    def history(self, exp: Experiment, trials: list[Any], study: Study) -> list[History]:
+    def history(self, exp: Experiment, trials: list[Any]) -> list[History]:
         """Katib's trials as the suggesters' history, in start order."""
         pb = api()
         known = {p.name: p for p in exp.parameters}
@@ -159,8 +144,7 @@ class SuggestionService:
                     objective = float(values[exp.objective.metric])
                 except (KeyError, ValueError):
                     objective = None
-            out.append(History(params, objective, condition in ACTIVE,
-                               study.trial_attrs.get(_key(exp, params), {})))
+            out.append(History(params, objective, condition in ACTIVE))
         return out
 
     def GetSuggestions(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC's name)
@@ -171,20 +155,14 @@ class SuggestionService:
             exp = experiment(request.experiment)
         except SpecError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        with self.lock:
-            study = self.studies.setdefault(exp.name, Study())
-            seed = zlib.crc32(exp.name.encode())  # random_state in the settings overrides it
-            suggester = make_suggester(exp, seed, study.study_attrs)
-            try:
-                suggestions = suggester.suggest(self.history(exp, list(request.trials), study),
-                                                request.current_request_number)
-            except SearchSpaceExhausted as e:
-                context.abort(grpc.StatusCode.OUT_OF_RANGE, f"search space exhausted: {e}")
-            except SuggestionFailed as e:
-                context.abort(grpc.StatusCode.INTERNAL, str(e))
-            study.study_attrs = suggester.study_attrs
-            for s in suggestions:
-                study.trial_attrs[_key(exp, s.parameters)] = s.optuna_attrs
+        seed = zlib.crc32(exp.name.encode())  # random_state in the settings overrides it
+        try:
+            suggestions = make_suggester(exp, seed).suggest(
+                self.history(exp, list(request.trials)), request.current_request_number)
+        except SearchSpaceExhausted as e:
+            context.abort(grpc.StatusCode.OUT_OF_RANGE, f"search space exhausted: {e}")
+        except SuggestionFailed as e:
+            context.abort(grpc.StatusCode.INTERNAL, str(e))
         log.info("%s: %d suggestion(s) after %d trial(s)", exp.name, len(suggestions),
                  len(request.trials))
         reply = pb.GetSuggestionsReply()

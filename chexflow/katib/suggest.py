@@ -403,8 +403,10 @@ class OptunaSuggester(Suggester):
     def _suggest(self, history: list[History], n: int) -> list[Suggestion]:
         optuna = self.optuna
         TrialState = optuna.trial.TrialState
+        attrs = [dict(h.optuna_attrs) for h in history]
         if self.grid is not None:
-            started = {h.optuna_attrs.get("grid_id") for h in history} - {None}
+            attrs = self._grid_attrs(history, attrs)
+            started = {a.get("grid_id") for a in attrs} - {None}
             left = math.prod(len(v) for v in self.grid.values()) - len(started)
             if left <= 0:
                 raise SearchSpaceExhausted(f"all {len(started)} grid combinations started")
@@ -422,7 +424,7 @@ class OptunaSuggester(Suggester):
             study_id = storage.get_study_id_from_name(self.exp.name)
             for key, value in self.study_attrs.items():
                 storage.set_study_system_attr(study_id, key, value)
-            for h in history:
+            for h, h_attrs in zip(history, attrs, strict=True):
                 if h.objective is not None:
                     state, value = TrialState.COMPLETE, h.objective
                 else:
@@ -430,7 +432,7 @@ class OptunaSuggester(Suggester):
                 params = {k: self._optuna_value(k, h.parameters[k]) for k in self.dists}
                 study.add_trial(optuna.trial.create_trial(
                     params=params, distributions=self.dists, value=value, state=state,
-                    system_attrs=dict(h.optuna_attrs),
+                    system_attrs=h_attrs,
                 ))
             numbers = [study.ask(fixed_distributions=self.dists).number for _ in range(n)]
             trials = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -440,6 +442,22 @@ class OptunaSuggester(Suggester):
                        _plain(trials[k].system_attrs))
             for k in numbers
         ]
+
+    def _grid_attrs(self, history: list[History], attrs: list[dict]) -> list[dict]:
+        """The trials' grid ids, from their assignments where a trial's record lacks it (a
+        Katib service restarted, or a trial from elsewhere): GridSampler's shuffled grid (the
+        one seed) gives every combination its id, so nothing but the trials is needed."""
+        sampler = self._sampler(self.base_seed)
+        names = sampler._param_names  # optuna keeps the shuffled grid in these attributes
+        ids = {tuple(self._optuna_value(k, v) for k, v in zip(names, g, strict=True)): i
+               for i, g in enumerate(sampler._all_grids)}
+        out = []
+        for h, a in zip(history, attrs, strict=True):
+            grid_id = ids.get(tuple(self._optuna_value(k, h.parameters[k]) for k in names))
+            if "grid_id" not in a and grid_id is not None:
+                a = {**a, "grid_id": grid_id, "search_space": sampler._search_space}
+            out.append(a)
+        return out
 
     def _optuna_value(self, name: str, value: Any) -> Any:
         p = next(q for q in self.params if q.name == name)
