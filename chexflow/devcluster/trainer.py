@@ -33,7 +33,9 @@ if TYPE_CHECKING:
 
 TRAINER_DIR = GO_DIR / "trainer"
 BUILD_SCRIPT = TRAINER_DIR / "build.sh"
-BUILD_INPUTS = ("go.mod", "go.sum", "build.sh")
+# Trainer's module here, JobSet's in jobset/ (v0.11.1 does not build with Trainer's
+# controller-runtime v0.23)
+BUILD_INPUTS = ("go.mod", "go.sum", "jobset/go.mod", "jobset/go.sum", "build.sh")
 TRAINER_MODULE, JOBSET_MODULE = "github.com/kubeflow/trainer/v2", "sigs.k8s.io/jobset"
 JOBSET_EXE, TRAINER_EXE = "jobset-controller", "trainer-controller-manager"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
@@ -45,16 +47,16 @@ class TrainerError(ChexflowError):
 
 
 def module_version(module: str) -> str:
-    """The version go.mod requires of `module`."""
-    m = re.search(rf"^\s*(?:require\s+)?{re.escape(module)} (v\S+)",
-                  (TRAINER_DIR / "go.mod").read_text(), re.M)
+    """The version its go.mod (Trainer's, or jobset/go.mod for JobSet) requires of `module`."""
+    go_mod = TRAINER_DIR / ("jobset/go.mod" if module == JOBSET_MODULE else "go.mod")
+    m = re.search(rf"^require {re.escape(module)} (v\S+)", go_mod.read_text(), re.M)
     if not m:
-        raise TrainerError(f"{TRAINER_DIR / 'go.mod'}: no `{module} vX.Y.Z` requirement")
+        raise TrainerError(f"{go_mod}: no `require {module} vX.Y.Z` line")
     return m.group(1)
 
 
 def cache_dir() -> Path:
-    """trainer-<release>-<10 hex of sha256(go.mod + go.sum + build.sh)>, as build.sh computes."""
+    """trainer-<release>-<10 hex of sha256(BUILD_INPUTS)>, as build.sh computes it."""
     digest = hashlib.sha256(b"".join((TRAINER_DIR / f).read_bytes() for f in BUILD_INPUTS))
     root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
     return Path(root) / f"trainer-{module_version(TRAINER_MODULE)}-{digest.hexdigest()[:10]}"
