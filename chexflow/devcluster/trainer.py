@@ -165,7 +165,7 @@ def jobset_configuration(ports: dict[str, int], cert_dir: Path) -> dict:
             "webhook": {"port": ports["jobset_webhook"], "host": "127.0.0.1",
                         "certDir": str(cert_dir)},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['jobset_health']}"},
-            "metrics": {"bindAddress": "0"},
+            "metrics": {"bindAddress": "0", "certDir": str(cert_dir)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "clientConnection": {"qps": 100, "burst": 200}}
