@@ -456,4 +456,4 @@ def test_a_missing_runtime_is_one_line_and_nothing_is_created():
         b.run(train_spec("train-m"))
     assert str(err.value) == ("ClusterTrainingRuntime horovod-x not found: apply it first "
                               "(kubectl apply -f horovod-runtime.yaml from chexflow's trainjob/)")
-    assert not any(r.method == "POST" for r in fake.requests)
+    assert [r.method for r in fake.requests] == ["GET"]  # nothing created, nothing deleted

@@ -179,6 +179,8 @@ class KubernetesBackend:
     def run(self, spec: JobSpec) -> JobResult:
         obj = self.render(spec)
         kind = obj["kind"]
+        if kind == "TrainJob":  # before anything is created: nothing to delete then
+            self.check_runtime(obj["spec"]["runtimeRef"]["name"])
         start = self.clock()
         self._failed_attempts, self._incidents, self._workers = {}, {}, {}
         with sigterm_raises():
@@ -232,8 +234,6 @@ class KubernetesBackend:
         from kubernetes.client.rest import ApiException
 
         kind, name = obj["kind"], obj["metadata"]["name"]
-        if kind == "TrainJob":
-            self.check_runtime(obj["spec"]["runtimeRef"]["name"])
         try:
             if kind in CUSTOM_KINDS:
                 self._call(self.custom.create_namespaced_custom_object,
