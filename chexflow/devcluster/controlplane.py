@@ -429,6 +429,7 @@ class LocalCluster:
         CRDs, webhooks and controllers, each a local process (stopped with the cluster)."""
         from chexflow.devcluster import trainer
 
+        self.ports.update({name: free_port() for name in trainer.PORTS})
         trainer.start(self, timeout)
         self.trainer = True
         self.save()

@@ -20,16 +20,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import yaml
 
 from chexflow.devcluster import certs, crds
 from chexflow.devcluster.binaries import GO_DIR, BinariesMissing
 from chexflow.errors import ChexflowError
-
-if TYPE_CHECKING:
-    from chexflow.devcluster.controlplane import LocalCluster
 
 TRAINER_DIR = GO_DIR / "trainer"
 BUILD_SCRIPT = TRAINER_DIR / "build.sh"
@@ -184,17 +181,14 @@ def trainer_configuration(ports: dict[str, int]) -> dict:
             "clientConnection": {"qps": 100, "burst": 200}}
 
 
-def start(cluster: LocalCluster, timeout: float = 120) -> None:
-    """Install and start JobSet and Trainer on the running `cluster`; waits until both are ready.
-    The binaries are built first when missing (not counted in `timeout`)."""
-    from chexflow.devcluster.controlplane import free_port
-
+def start(cluster: Any, timeout: float = 120) -> None:
+    """Install and start JobSet and Trainer on the running LocalCluster `cluster`, whose ports
+    has PORTS; waits until both are ready. The binaries are built first when missing (not counted
+    in `timeout`)."""
     bin_dir = ensure_binaries()
     deadline = time.monotonic() + timeout
     pki = certs.PKI(cluster.state_dir / "pki")
     cert_dir = serving_cert(pki)
-    for name in PORTS:
-        cluster.ports[name] = free_port()
     api = cluster.api_client()
     install(api, bin_dir, cluster.ports, pki, timeout=max(5.0, deadline - time.monotonic()))
     configs = {"jobset": jobset_configuration(cluster.ports, cert_dir),

@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import chexflow.jobs.diagnosis as diagnosis
 from chexflow.errors import ChexflowError
-from chexflow.jobs import diagnosis
 from chexflow.jobs.diagnosis import (
     BAD_INPUT_GRACE_SECONDS,
     Blocker,
@@ -57,9 +57,7 @@ from chexflow.jobs.render import (
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
 from chexflow.jobs.spec import ClusterOptions, JobCancelled, JobFailed, JobSpec, JobTimeout
-from chexflow.jobs.trainjob import (
-    CONTAINER as TRAINJOB_CONTAINER,
-)
+from chexflow.jobs.trainjob import CONTAINER as TRAINJOB_CONTAINER
 from chexflow.jobs.trainjob import (
     JOBSET_LABEL,
     REPLICATED_JOB_LABEL,

@@ -23,8 +23,8 @@ from typing import Any
 
 import yaml
 
+import chexflow.jobs.render as render
 from chexflow.container_images import DEFAULT_REGISTRY, DEFAULT_TAG
-from chexflow.jobs import render
 from chexflow.jobs.spec import IMAGE_UID, ClusterOptions, JobSpec, JobSpecError
 
 TRAINJOB_API_VERSION = "trainer.kubeflow.org/v1alpha1"
