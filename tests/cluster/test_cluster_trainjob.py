@@ -173,3 +173,40 @@ def test_a_runtime_that_does_not_exist_is_one_clear_line(trainer_cluster, k8s_na
         "chexflow mpijob: error: ClusterTrainingRuntime no-such not found: apply it first "
         "(kubectl apply -f horovod-runtime.yaml from chexflow's trainjob/)")
     assert RUNTIME_NAME != "no-such"
+
+
+def _submit_fails(cluster, ns: str, name: str, *options: str) -> str:
+    """Run `chexflow mpijob submit --job-kind trainjob` expected to fail: its last stderr line."""
+    proc = subprocess.run(
+        [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--name", name,
+         "--namespace", ns, "--workers", "2", "--timeout", "300", *options, "--",
+         "chexflow", "train"],
+        cwd=REPO_ROOT, env=_env(cluster), capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_an_image_that_does_not_exist_is_one_line_naming_the_launcher_pod(
+        trainer_cluster, k8s_api, real_namespace):
+    """The node pods (the runtime's image) start; the launcher's image cannot be pulled."""
+    from kubernetes import client
+
+    ns, _ = real_namespace
+    line = _submit_fails(trainer_cluster, ns, "bad-image", "--cpu", "250m", "--memory", "256Mi",
+                         "--image", "chexflow.local/no-such-image:1")
+    assert line.startswith(f"chexflow mpijob: error: TrainJob {ns}/bad-image cannot start: pod "
+                           "bad-image-launcher-0-0"), line
+    assert "container node: " in line and "no-such-image" in line, line
+    assert line.endswith("it was deleted"), line
+    custom = client.CustomObjectsApi(k8s_api)
+    assert not custom.list_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
+                                                    TRAINJOB_PLURAL)["items"]
+
+
+def test_a_node_selector_nothing_matches_is_one_line(trainer_cluster, k8s_namespace):
+    line = _submit_fails(trainer_cluster, k8s_namespace, "nowhere", "--node-selector",
+                         "pool=no-such-pool")
+    assert line.startswith(f"chexflow mpijob: error: TrainJob {k8s_namespace}/nowhere cannot be "
+                           "scheduled: pod nowhere-node-0-0"), line
+    assert "node affinity/selector" in line and line.endswith("it was deleted"), line
