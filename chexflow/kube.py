@@ -12,7 +12,7 @@ from chexflow.errors import ChexflowError
 
 # The condition types that end an object, by kind (Katib Experiments end like MPIJobs).
 FINISHED = {"MPIJob": ("Succeeded", "Failed"), "Job": ("Complete", "Failed"),
-            "Experiment": ("Succeeded", "Failed")}
+            "Experiment": ("Succeeded", "Failed"), "TrainJob": ("Complete", "Failed")}
 
 
 # API answers worth another try: throttled, or the apiserver (or what is behind it) unwell

@@ -65,6 +65,8 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
     # (METHOD, path regex, HTTP status): answered once each, in order, before real handling
     inject: list[tuple[str, str, int]] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
+    # ClusterTrainingRuntimes that exist (Kubeflow Trainer v2)
+    runtimes: set[str] = field(default_factory=lambda: {"chexflow-horovod"})
     jobs: dict[tuple[str, str], FakeJob] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # no connection pool: nothing leaves the process
@@ -94,12 +96,19 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
 
     # --- routing ----------------------------------------------------------------------------
     def _handle(self, method, path, query, body):
-        m = re.match(r"^/apis/(kubeflow\.org/v2beta1|batch/v1)/namespaces/([^/]+)/"
-                     r"(mpijobs|jobs)(?:/([^/]+))?$", path)
+        m = re.match(r"^/apis/(kubeflow\.org/v2beta1|batch/v1|trainer\.kubeflow\.org/v1alpha1)/"
+                     r"namespaces/([^/]+)/(mpijobs|jobs|trainjobs)(?:/([^/]+))?$", path)
         if m:
             _, ns, plural, name = m.groups()
-            kind = "MPIJob" if plural == "mpijobs" else "Job"
+            kind = {"mpijobs": "MPIJob", "jobs": "Job", "trainjobs": "TrainJob"}[plural]
             return self._job(method, kind, ns, name, body)
+        m = re.match(r"^/apis/trainer\.kubeflow\.org/v1alpha1/clustertrainingruntimes/([^/]+)$",
+                     path)
+        if m and method == "GET":
+            if m.group(1) in self.runtimes:
+                return 200, {"kind": "ClusterTrainingRuntime", "metadata": {"name": m.group(1)}}
+            return 404, {"kind": "Status", "reason": "NotFound", "message":
+                         f'clustertrainingruntimes.trainer.kubeflow.org "{m.group(1)}" not found'}
         m = re.match(r"^/api/v1/namespaces/([^/]+)/pods$", path)
         if m and method == "GET":
             return 200, self._pods(m.group(1), query.get("labelSelector", ""))
@@ -145,7 +154,7 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
             return 200, {"kind": "Status", "status": "Success"}
         snapshot = job.script[min(job.gets, len(job.script) - 1)]
         job.gets += 1
-        if kind == "Job":
+        if kind in ("Job", "TrainJob"):
             snapshot = ["Complete" if t == "Succeeded" else t for t in snapshot]
             snapshot = [t for t in snapshot if t in ("Complete", "Failed")]
         reason, message = self.failures.get(name, ("MPIJobFailed", "launcher failed"))
@@ -166,6 +175,8 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
                 continue
             if labels.get("training.kubeflow.org/job-name") == name:
                 pod_name = f"{name}-launcher"
+            elif labels.get("jobset.sigs.k8s.io/jobset-name") == name:
+                pod_name = f"{name}-launcher-0-0"
             elif labels.get("job-name") == name:
                 pod_name = f"{name}-pod"
             else:

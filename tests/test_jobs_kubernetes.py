@@ -418,3 +418,42 @@ def test_a_failure_after_mpirun_lost_a_worker_names_that_worker_in_its_first_lin
     assert str(err.value).splitlines()[0] == (
         "MPIJob team-a/t failed (BackoffLimitExceeded: Job has reached the specified backoff "
         "limit); mpirun lost its ranks on t-worker-1.t.team-a.svc")
+
+
+TRAINJOB_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs"
+
+
+def test_trainjob_kind_creates_a_trainjob_follows_complete_and_deletes_it():
+    fake = RecordedRequestFakeKubeApi(logs={"train-t": "val_auroc=0.61\n"})
+    b, out = backend(fake, job_kind="trainjob")
+    result = b.run(train_spec("train-t"))
+    assert result.succeeded and result.resource == "TrainJob/train-t"
+    methods = [(r.method, r.path) for r in fake.requests]
+    assert methods[0] == ("GET", "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/"
+                                 "chexflow-horovod")
+    assert methods[1] == ("POST", TRAINJOB_PATH)
+    assert methods[-1] == ("DELETE", f"{TRAINJOB_PATH}/train-t")
+    assert fake.requests[1].body["spec"]["trainer"]["numNodes"] == 2
+    pod_lists = [r for r in fake.requests if r.path.endswith("/pods")]
+    assert pod_lists[0].query["labelSelector"] == "jobset.sigs.k8s.io/jobset-name=train-t"
+    assert "val_auroc=0.61" in result.log_tail
+    assert "TrainJob condition: Complete" in out.getvalue()
+
+
+def test_trainjob_failure_raises_with_the_trainjobs_reason():
+    fake = RecordedRequestFakeKubeApi(
+        scripts={"train-f": [[], ["Failed"]]}, logs={"train-f": "mpirun: rank 1 exited\n"},
+        failures={"train-f": ("JobSetFailed", "jobset train-f failed")})
+    b, _ = backend(fake, job_kind="trainjob")
+    with pytest.raises(JobFailed, match=r"TrainJob team-a/train-f failed \(JobSetFailed"):
+        b.run(train_spec("train-f"))
+
+
+def test_a_missing_runtime_is_one_line_and_nothing_is_created():
+    fake = RecordedRequestFakeKubeApi(runtimes=set())
+    b, _ = backend(fake, job_kind="trainjob", runtime="horovod-x")
+    with pytest.raises(KubernetesError) as err:
+        b.run(train_spec("train-m"))
+    assert str(err.value) == ("ClusterTrainingRuntime horovod-x not found: apply it first "
+                              "(kubectl apply -f horovod-runtime.yaml from chexflow's trainjob/)")
+    assert [r.method for r in fake.requests] == ["GET"]  # nothing created, nothing deleted

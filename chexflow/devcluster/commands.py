@@ -53,6 +53,10 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
                     help="also Katib v0.19.0 (controller, webhooks, db-manager, MySQL, goptuna "
                          "suggestions) on the real node, with kube-proxy for its Services; "
                          "implies --real-node; one such cluster per machine")
+    up.add_argument("--trainer", action="store_true",
+                    help="also Kubeflow Trainer v2 (TrainJob) and JobSet, built from their Go "
+                         "modules on first use (minutes); an option because the MPIJob path "
+                         "needs neither")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument("--foreground", action="store_true",
                     help="stay attached; Ctrl-C stops the cluster")
@@ -69,6 +73,8 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build (or locate) the binaries; prints their folder")
     build.add_argument("--real-node", action="store_true",
                        help="also the real node's (kubelet, CoreDNS, pause)")
+    build.add_argument("--trainer", action="store_true",
+                       help="also Trainer's controller manager and JobSet's controller")
     build.set_defaults(func=cmd_cluster_build)
 
 
@@ -90,13 +96,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     start = time.monotonic()
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                            real_node=args.real_node, katib=args.katib,
-                           real_nodes=args.real_nodes)
+                           real_nodes=args.real_nodes, trainer=args.trainer)
     cluster.start(timeout=args.timeout)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
           f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
           + (f", real node(s) {', '.join(n.name for n in realnode.all_nodes(cluster.state_dir))}"
              if cluster.real_node else "")
-          + (", Katib in namespace kubeflow" if args.katib else ""), file=sys.stderr)
+          + (", Katib in namespace kubeflow" if args.katib else "")
+          + (", Kubeflow Trainer v2 and JobSet" if args.trainer else ""), file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     if not args.foreground:
@@ -141,6 +148,10 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
     print(ensure_binaries())
     if args.real_node:
         print(ensure_node_binaries())
+    if args.trainer:
+        from chexflow.devcluster import trainer
+
+        print(trainer.ensure_binaries())
     return 0
 
 

@@ -98,6 +98,8 @@ class LocalCluster:
     real_nodes: int = 1
     # kube-proxy on the real node and Katib in namespace kubeflow (implies real_node)
     katib: bool = False
+    # Kubeflow Trainer v2 and JobSet (trainer.py; built from their Go modules on first use)
+    trainer: bool = False
     # the address the apiserver listens on: the real node's when there is one
     host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=dict)
@@ -176,6 +178,8 @@ class LocalCluster:
                 self._start_real_node(node_bin, pki, deadline)
             if katib_images:
                 katib.deploy(self, katib_images, timeout=max(5.0, deadline - time.monotonic()))
+            if self.trainer:
+                self.add_trainer(timeout=max(5.0, deadline - time.monotonic()))
         except BaseException:
             self.stop()
             raise
@@ -236,7 +240,7 @@ class LocalCluster:
         state = {"server": self.server, "kubeconfig": str(self.kubeconfig),
                  "bin_dir": str(self.bin_dir), "nodes": self.nodes,
                  "gpus_per_node": self.gpus_per_node, "real_node": self.real_node,
-                 "real_nodes": self.real_nodes,
+                 "real_nodes": self.real_nodes, "trainer": self.trainer,
                  "katib": self.katib, "host": self.host, "ports": self.ports,
                  "processes": self.processes}
         (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
@@ -252,7 +256,7 @@ class LocalCluster:
         return cls(state_dir=Path(state_dir), nodes=state["nodes"],
                    gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
                    real_node=state.get("real_node", False), katib=state.get("katib", False),
-                   real_nodes=state.get("real_nodes", 1),
+                   real_nodes=state.get("real_nodes", 1), trainer=state.get("trainer", False),
                    host=state.get("host", "127.0.0.1"), ports=state["ports"],
                    processes=state["processes"])
 
@@ -432,6 +436,16 @@ class LocalCluster:
         self.real_nodes = len(realnode.all_nodes(self.state_dir))
         self.save()
         return node
+
+    def add_trainer(self, timeout: float = 120) -> None:
+        """Start Kubeflow Trainer v2 and JobSet on this running cluster (trainer.py): their
+        CRDs, webhooks and controllers, each a local process (stopped with the cluster)."""
+        from chexflow.devcluster import trainer
+
+        self.ports.update({name: free_port() for name in trainer.PORTS})
+        trainer.start(self, timeout)
+        self.trainer = True
+        self.save()
 
     def _start_extra_node(self, node_bin: Path, pki: certs.PKI,
                           deadline: float) -> realnode.RealNode:

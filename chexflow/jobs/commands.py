@@ -1,4 +1,5 @@
-"""`chexflow mpijob render`: print the MPIJob (or batch Job) a job would be submitted as;
+"""`chexflow mpijob render`: print the MPIJob (or, with --job-kind trainjob, the Kubeflow Trainer v2
+TrainJob; or batch Job) a job would be submitted as;
 `chexflow mpijob submit`: create it with the kubernetes backend and wait until it ends (stopping
 the command deletes it)."""
 
@@ -53,6 +54,12 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-as-user", type=int, default=IMAGE_UID,
                    help="numeric user of every container (runAsNonRoot; the images' chexflow)")
     p.add_argument("--single", action="store_true", help="a batch Job (one process, no MPI)")
+    p.add_argument("--job-kind", choices=("mpijob", "trainjob"), default="mpijob",
+                   help="a Horovod job as an MPIJob (mpi-operator) or a TrainJob (Kubeflow "
+                        "Trainer v2, on the runtime of trainjob/horovod-runtime.yaml)")
+    p.add_argument("--runtime", default=None, metavar="NAME",
+                   help="--job-kind trainjob: the ClusterTrainingRuntime (default "
+                        "chexflow-horovod)")
     p.add_argument("job_command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... (one rank)")
 
 
@@ -135,8 +142,15 @@ def run_render(args: argparse.Namespace) -> int:
 
     from chexflow.jobs.render import render
     from chexflow.jobs.schema import validate_mpijob
+    from chexflow.jobs.trainjob import RUNTIME_NAME, render_trainjob
 
     spec = spec_from_args(args)
+    if args.job_kind == "trainjob" and spec.horovod:
+        obj = render_trainjob(spec, args.namespace, image=args.image,
+                              runtime=args.runtime or RUNTIME_NAME,
+                              options=cluster_options_from_args(args))
+        yaml.safe_dump(obj, sys.stdout, sort_keys=False)
+        return 0
     kwargs = {"image": args.image, "service_account": args.service_account,
               "options": cluster_options_from_args(args)}
     if spec.horovod:
@@ -156,7 +170,8 @@ def run_submit(args: argparse.Namespace) -> int:
     result = run_job(
         spec, "kubernetes", namespace=args.namespace, image=args.image,
         service_account=args.service_account, clean_pod_policy=args.clean_pod_policy,
-        options=cluster_options_from_args(args),
+        options=cluster_options_from_args(args), job_kind=args.job_kind,
+        runtime=args.runtime,
         delete_policy="never" if args.keep else "on-success", stream=sys.stderr,
     )
     print(f"{result.resource} succeeded in {result.wall_seconds:.0f}s")

@@ -1,5 +1,7 @@
-"""The kubernetes backend: create an MPIJob (Horovod jobs) or a batch Job, wait until it has
-Succeeded or Failed, raise with the launcher pod's log tail on failure, then delete or keep it.
+"""The kubernetes backend: create an MPIJob (Horovod jobs; or a Kubeflow Trainer v2 TrainJob with
+job_kind="trainjob": trainjob.py) or a batch Job, wait until it has Succeeded or Failed (a
+TrainJob: Complete or Failed), raise with the launcher pod's log tail on failure, then delete
+or keep it.
 A launcher attempt that fails and is retried (runPolicy.backoffLimit) is reported as it happens,
 and its log kept: the Job controller deletes an OnFailure pod when it gives up. A worker pod that
 is deleted or fails is reported too (mpi-operator recreates a deleted one, and the retried
@@ -12,7 +14,12 @@ for what the job's spec got wrong, long when the cluster is only full.
 Stopping the process (SIGTERM: a KFP run terminated, a pod deleted; Ctrl-C) deletes the job with
 its pods (propagation Background) before it exits: nothing keeps running.
 
-Uses the official client: CustomObjectsApi (kubeflow.org/v2beta1 mpijobs), BatchV1Api (jobs),
+A TrainJob's pods are its JobSet's (labelled jobset.sigs.k8s.io/jobset-name): the `launcher`
+replicated job's pod runs mpirun, the `node` pods are its workers; deleting the TrainJob deletes
+the JobSet and its pods.
+
+Uses the official client: CustomObjectsApi (kubeflow.org/v2beta1 mpijobs,
+trainer.kubeflow.org/v1alpha1 trainjobs), BatchV1Api (jobs),
 CoreV1Api (pods, pod logs, events). 409 Conflict adopts the job when it is the same spec (a
 retried pipeline step) and refuses otherwise; 429/5xx and connection errors are retried.
 """
@@ -50,6 +57,18 @@ from chexflow.jobs.render import (
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
 from chexflow.jobs.spec import ClusterOptions, JobCancelled, JobFailed, JobSpec, JobTimeout
+from chexflow.jobs.trainjob import CONTAINER as TRAINJOB_CONTAINER
+from chexflow.jobs.trainjob import (
+    JOBSET_LABEL,
+    REPLICATED_JOB_LABEL,
+    RUNTIME_FILE,
+    RUNTIME_NAME,
+    RUNTIME_PLURAL,
+    TRAINJOB_GROUP,
+    TRAINJOB_PLURAL,
+    TRAINJOB_VERSION,
+    render_trainjob,
+)
 from chexflow.kube import (
     TRANSIENT_STATUS,
     KubernetesError,
@@ -59,6 +78,10 @@ from chexflow.kube import (
 )
 
 DELETE_POLICIES = ("always", "on-success", "never")
+JOB_KINDS = ("mpijob", "trainjob")
+# the custom resources this backend creates: kind -> (group, version, plural)
+CUSTOM_KINDS = {"MPIJob": (MPIJOB_GROUP, MPIJOB_VERSION, MPIJOB_PLURAL),
+                "TrainJob": (TRAINJOB_GROUP, TRAINJOB_VERSION, TRAINJOB_PLURAL)}
 SPEC_HASH_ANNOTATION = "chexflow.io/spec-sha256"
 LOG_TAIL_LINES = 60
 
@@ -69,6 +92,15 @@ class JobCannotStart(JobFailed):
 
 class JobUnschedulable(JobCannotStart):
     """The job's pods stayed unschedulable (e.g. more GPUs per worker than any node has)."""
+
+
+def pod_role(pod) -> str:
+    """`launcher` or `worker`: an MPIJob's pods by mpi-operator's role label, a TrainJob's by
+    their JobSet replicated job (`node` pods are the workers), a Job's pod is a launcher."""
+    labels = pod.metadata.labels or {}
+    if REPLICATED_JOB_LABEL in labels:
+        return "worker" if labels[REPLICATED_JOB_LABEL] == "node" else "launcher"
+    return labels.get(LAUNCHER_ROLE_LABEL, "launcher")
 
 
 def spec_hash(obj: dict[str, Any]) -> str:
@@ -95,9 +127,15 @@ class KubernetesBackend:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         watch: bool = True,
+        job_kind: str = "mpijob",
+        runtime: str | None = None,
     ):
         if delete_policy not in DELETE_POLICIES:
             raise ChexflowError(f"delete_policy must be one of {DELETE_POLICIES}")
+        if job_kind not in JOB_KINDS:
+            raise ChexflowError(f"job_kind {job_kind!r}: expected one of {', '.join(JOB_KINDS)}")
+        self.job_kind = job_kind
+        self.runtime = runtime or RUNTIME_NAME  # a TrainJob's ClusterTrainingRuntime
         from kubernetes import client
 
         self.api_client = api_client or load_api_client()
@@ -123,6 +161,11 @@ class KubernetesBackend:
 
     # --- public ---------------------------------------------------------------------------
     def render(self, spec: JobSpec) -> dict[str, Any]:
+        if spec.horovod and self.job_kind == "trainjob":
+            obj = render_trainjob(spec, self.namespace, image=self.image, runtime=self.runtime,
+                                  options=self.options)
+            obj["metadata"].setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(obj)
+            return obj
         kwargs: dict[str, Any] = {"image": self.image, "service_account": self.service_account,
                                   "options": self.options}
         if spec.horovod:
@@ -134,6 +177,8 @@ class KubernetesBackend:
     def run(self, spec: JobSpec) -> JobResult:
         obj = self.render(spec)
         kind = obj["kind"]
+        if kind == "TrainJob":  # before anything is created: nothing to delete then
+            self.check_runtime(obj["spec"]["runtimeRef"]["name"])
         start = self.clock()
         self._failed_attempts, self._incidents, self._workers = {}, {}, {}
         with sigterm_raises():
@@ -188,11 +233,9 @@ class KubernetesBackend:
 
         kind, name = obj["kind"], obj["metadata"]["name"]
         try:
-            if kind == "MPIJob":
-                self._call(
-                    self.custom.create_namespaced_custom_object,
-                    MPIJOB_GROUP, MPIJOB_VERSION, self.namespace, MPIJOB_PLURAL, obj,
-                )
+            if kind in CUSTOM_KINDS:
+                self._call(self.custom.create_namespaced_custom_object,
+                           *CUSTOM_KINDS[kind][:2], self.namespace, CUSTOM_KINDS[kind][2], obj)
             else:
                 self._call(self.batch.create_namespaced_job, self.namespace, obj)
             self._log(name, f"created {kind} {self.namespace}/{name}")
@@ -213,12 +256,30 @@ class KubernetesBackend:
                 ) from None
             self._log(name, f"{kind} {self.namespace}/{name} already exists: waiting on it")
 
+    def check_runtime(self, runtime: str) -> None:
+        """KubernetesError in one line when ClusterTrainingRuntime `runtime` is missing (Trainer's
+        webhook would refuse the TrainJob with a long dump of its runtimeRef)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            self._call(self.custom.get_cluster_custom_object, TRAINJOB_GROUP, TRAINJOB_VERSION,
+                       RUNTIME_PLURAL, runtime)
+        except ApiException as e:
+            if e.status == 404 and f'"{runtime}" not found' not in api_message(e):
+                raise KubernetesError("the cluster has no Kubeflow Trainer v2 (no "
+                                      "ClusterTrainingRuntime API): install Trainer, or use "
+                                      "--job-kind mpijob") from None
+            if e.status == 404:
+                raise KubernetesError(f"ClusterTrainingRuntime {runtime} not found: apply it "
+                                      f"first (kubectl apply -f {RUNTIME_FILE.name} from "
+                                      "chexflow's trainjob/)") from None
+            raise KubernetesError(f"reading ClusterTrainingRuntime {runtime}: HTTP {e.status} "
+                                  f"{e.reason}: {api_message(e)}") from None
+
     def get(self, kind: str, name: str) -> dict[str, Any]:
-        if kind == "MPIJob":
-            return self._call(
-                self.custom.get_namespaced_custom_object,
-                MPIJOB_GROUP, MPIJOB_VERSION, self.namespace, MPIJOB_PLURAL, name,
-            )
+        if kind in CUSTOM_KINDS:
+            return self._call(self.custom.get_namespaced_custom_object,
+                              *CUSTOM_KINDS[kind][:2], self.namespace, CUSTOM_KINDS[kind][2], name)
         job = self._call(self.batch.read_namespaced_job, name, self.namespace)
         return self.api_client.sanitize_for_serialization(job)
 
@@ -284,7 +345,7 @@ class KubernetesBackend:
                 pod = event["object"]
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED") and pod.metadata:
                     self._pods_version = pod.metadata.resource_version
-                    if (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL) == "worker":
+                    if pod_role(pod) == "worker":
                         self._note_worker(name, pod, deleted=event["type"] == "DELETED")
                     else:
                         self.note_failed_attempts(kind, name, [pod])
@@ -319,6 +380,9 @@ class KubernetesBackend:
         if kind == "MPIJob":
             expected = obj["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] + 1
             owners = [name, f"{name}-launcher"]
+        elif kind == "TrainJob":  # runLauncherAsNode: the launcher is one of the nodes
+            expected = max(obj["spec"]["trainer"]["numNodes"] - 1, 1) + 1
+            owners = [name, f"{name}-node-0", f"{name}-launcher-0"]
         else:
             expected, owners = 1, [name]
         if len(live) < expected:
@@ -338,8 +402,7 @@ class KubernetesBackend:
         and gone now (deleted at once, grace period 0, and not created again yet) counts as
         deleted: mpi-operator deletes workers only after the job's Failed or Succeeded
         condition, which ends the polling first."""
-        workers = [p for p in pods
-                   if (p.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL) == "worker"]
+        workers = [p for p in pods if pod_role(p) == "worker"]
         if pods:  # an empty list may be an API error: then nothing is known to be gone
             listed = {p.metadata.name for p in workers}
             for pod_name, uid in self._workers.items():
@@ -380,7 +443,14 @@ class KubernetesBackend:
 
     @staticmethod
     def _pod_selector(kind: str, name: str) -> str:
+        if kind == "TrainJob":
+            return f"{JOBSET_LABEL}={name}"
         return f"{JOB_NAME_LABEL}={name}" if kind == "MPIJob" else f"job-name={name}"
+
+    @staticmethod
+    def _container(kind: str) -> str:
+        """The launcher's container (or the Job's)."""
+        return {"MPIJob": "launcher", "TrainJob": TRAINJOB_CONTAINER}.get(kind, "main")
 
     def note_failed_attempts(self, kind: str, name: str, pods: list) -> None:
         """Report each launcher (or Job pod) attempt that failed, once, and keep its log tail:
@@ -388,9 +458,9 @@ class KubernetesBackend:
         (OnFailure, whose pod the Job controller deletes when the backoff limit is reached)."""
         from kubernetes.client.rest import ApiException
 
-        container = "launcher" if kind == "MPIJob" else "main"
+        container = self._container(kind)
         for pod in pods:
-            if (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL, "launcher") != "launcher":
+            if pod_role(pod) != "launcher":
                 continue
             for attempt, how, previous in ended_attempts(pod, container):
                 key = f"{pod.metadata.name}/{attempt}"
@@ -417,6 +487,9 @@ class KubernetesBackend:
         if kind == "MPIJob":
             selector = f"{JOB_NAME_LABEL}={name},{LAUNCHER_ROLE_LABEL}=launcher"
             container = "launcher"
+        elif kind == "TrainJob":
+            selector = f"{JOBSET_LABEL}={name},{REPLICATED_JOB_LABEL}=launcher"
+            container = TRAINJOB_CONTAINER
         else:
             selector = f"job-name={name}"
             container = "main"
@@ -459,11 +532,10 @@ class KubernetesBackend:
 
         body = client.V1DeleteOptions(propagation_policy="Background")
         try:
-            if kind == "MPIJob":
-                self._call(
-                    self.custom.delete_namespaced_custom_object,
-                    MPIJOB_GROUP, MPIJOB_VERSION, self.namespace, MPIJOB_PLURAL, name, body=body,
-                )
+            if kind in CUSTOM_KINDS:
+                self._call(self.custom.delete_namespaced_custom_object,
+                           *CUSTOM_KINDS[kind][:2], self.namespace, CUSTOM_KINDS[kind][2], name,
+                           body=body)
             else:
                 self._call(self.batch.delete_namespaced_job, name, self.namespace, body=body)
             self._log(name, f"deleted {kind} {self.namespace}/{name}")

@@ -1,0 +1,207 @@
+"""Kubeflow Trainer v2 in the local cluster: JobSet's controller and Trainer's controller manager,
+built from their Go modules (build/trainer/build.sh, cached by content beside the control plane's
+binaries), each run as a local process whose webhooks the apiserver calls on 127.0.0.1 with a
+certificate of the cluster's CA. The CRDs and webhook configurations are the modules' own
+manifests (with the JSON patches their kustomizations apply), pointed at those processes.
+
+It is an option (`chexflow cluster up --trainer`, `LocalCluster(trainer=True)`, or
+`LocalCluster.add_trainer()` on a running cluster) rather than always on: the first use builds
+two Go programs (minutes), and the MPIJob path needs neither.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chexflow.devcluster import certs, crds
+from chexflow.devcluster.binaries import GO_DIR, BinariesMissing
+from chexflow.errors import ChexflowError
+
+TRAINER_DIR = GO_DIR / "trainer"
+BUILD_SCRIPT = TRAINER_DIR / "build.sh"
+# Trainer's module here, JobSet's in jobset/ (v0.11.1 does not build with Trainer's
+# controller-runtime v0.23)
+BUILD_INPUTS = ("go.mod", "go.sum", "jobset/go.mod", "jobset/go.sum", "build.sh")
+TRAINER_MODULE, JOBSET_MODULE = "github.com/kubeflow/trainer/v2", "sigs.k8s.io/jobset"
+JOBSET_EXE, TRAINER_EXE = "jobset-controller", "trainer-controller-manager"
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+PORTS = ("jobset_webhook", "jobset_health", "trainer_webhook", "trainer_health")
+
+
+class TrainerError(ChexflowError):
+    """Trainer or JobSet could not be built, configured or started."""
+
+
+def module_version(module: str) -> str:
+    """The version its go.mod (Trainer's, or jobset/go.mod for JobSet) requires of `module`."""
+    go_mod = TRAINER_DIR / ("jobset/go.mod" if module == JOBSET_MODULE else "go.mod")
+    m = re.search(rf"^require {re.escape(module)} (v\S+)", go_mod.read_text(), re.M)
+    if not m:
+        raise TrainerError(f"{go_mod}: no `require {module} vX.Y.Z` line")
+    return m.group(1)
+
+
+def cache_dir() -> Path:
+    """trainer-<release>-<10 hex of sha256(BUILD_INPUTS)>, as build.sh computes it."""
+    digest = hashlib.sha256(b"".join((TRAINER_DIR / f).read_bytes() for f in BUILD_INPUTS))
+    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
+    return Path(root) / f"trainer-{module_version(TRAINER_MODULE)}-{digest.hexdigest()[:10]}"
+
+
+def ensure_binaries() -> Path:
+    """The folder with both programs, their CRDs and webhook manifests; builds them when missing
+    (cold: about 15 min on 2 busy cores)."""
+    bin_dir = cache_dir()
+    if all(os.access(bin_dir / exe, os.X_OK) for exe in (JOBSET_EXE, TRAINER_EXE)):
+        return bin_dir
+    print(f"building Trainer {module_version(TRAINER_MODULE)} and JobSet "
+          f"{module_version(JOBSET_MODULE)} into {bin_dir} (cold: about 15 min)...",
+          file=sys.stderr, flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
+    if proc.returncode != 0 or not os.access(bin_dir / TRAINER_EXE, os.X_OK):
+        raise BinariesMissing(f"{BUILD_SCRIPT} exited {proc.returncode}; "
+                              f"no {bin_dir / TRAINER_EXE}")
+    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return bin_dir
+
+
+def serving_cert(pki: certs.PKI) -> Path:
+    """pki/trainer/k8s-webhook-server/serving-certs/tls.{crt,key} for 127.0.0.1, signed by the
+    cluster's CA. Trainer's manager reads its webhook certificate from
+    $TMPDIR/k8s-webhook-server/serving-certs (controller-runtime's default): TMPDIR=pki/trainer."""
+    out = pki.dir / "trainer" / "k8s-webhook-server" / "serving-certs"
+    if not (out / "tls.crt").exists():
+        certs._signed_cert(pki, "trainer-webhook", "/CN=trainer-webhook",
+                           "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
+                           "keyEncipherment\nextendedKeyUsage=serverAuth\n"
+                           "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        out.mkdir(parents=True, exist_ok=True)
+        (pki.dir / "trainer-webhook.crt").rename(out / "tls.crt")
+        (pki.dir / "trainer-webhook.key").rename(out / "tls.key")
+    return out
+
+
+def _json_patch(doc: dict, ops: list[dict]) -> dict:
+    """The `replace` operations of a kustomize JSON patch (all these manifests use)."""
+    for op in ops:
+        if op.get("op") != "replace":
+            raise TrainerError(f"webhook patch: unsupported op {op.get('op')!r}")
+        *parents, last = op["path"].strip("/").split("/")
+        target: object = doc
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        if isinstance(target, list):
+            target[int(last)] = op["value"]
+        else:
+            target[last] = op["value"]
+    return doc
+
+
+def webhook_configurations(bin_dir: Path, component: str, port: int,
+                           ca_bundle: str) -> list[dict]:
+    """`component`'s (trainer or jobset) webhook configurations as its kustomization patches
+    them, named `<component>-<kind>` and calling 127.0.0.1:<port> with the cluster CA."""
+    folder = bin_dir / "webhooks" / component
+    out = []
+    for doc in yaml.safe_load_all((folder / "manifests.yaml").read_text()):
+        if not doc:
+            continue
+        which = "mutating" if doc["kind"] == "MutatingWebhookConfiguration" else "validating"
+        patch = folder / f"patch_{which}.yaml"
+        if patch.exists():
+            doc = _json_patch(doc, yaml.safe_load(patch.read_text()))
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
+                                    "caBundle": ca_bundle}
+        doc["metadata"] = {"name": f"{component}-{which}"}
+        out.append(doc)
+    return out
+
+
+def install(api, bin_dir: Path, ports: dict[str, int], pki: certs.PKI, timeout: float) -> None:
+    """JobSet's and Trainer's CRDs and webhook configurations, before the managers start."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    crds.install_crds(api, sorted((bin_dir / "crds").glob("*/*.yaml")), timeout=timeout)
+    ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
+    adm = client.AdmissionregistrationV1Api(api)
+    for component in ("jobset", "trainer"):
+        for doc in webhook_configurations(bin_dir, component, ports[f"{component}_webhook"],
+                                          ca_bundle):
+            mutating = doc["kind"] == "MutatingWebhookConfiguration"
+            create, replace = ((adm.create_mutating_webhook_configuration,
+                                adm.replace_mutating_webhook_configuration) if mutating else
+                               (adm.create_validating_webhook_configuration,
+                                adm.replace_validating_webhook_configuration))
+            try:
+                create(doc)
+            except ApiException as e:
+                if e.status != 409:
+                    raise TrainerError(f"{doc['kind']} {doc['metadata']['name']}: {e.status} "
+                                       f"{e.reason}") from None
+                replace(doc["metadata"]["name"], doc)
+
+
+def jobset_configuration(ports: dict[str, int], cert_dir: Path) -> dict:
+    """JobSet's Configuration: no leader election, no internal certificates, on 127.0.0.1."""
+    return {"apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+            "webhook": {"port": ports["jobset_webhook"], "host": "127.0.0.1",
+                        "certDir": str(cert_dir)},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['jobset_health']}"},
+            "metrics": {"bindAddress": "0", "certDir": str(cert_dir)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "clientConnection": {"qps": 100, "burst": 200}}
+
+
+def trainer_configuration(ports: dict[str, int]) -> dict:
+    """Trainer's Configuration: no leader election, no certificate management (the webhook
+    certificate comes from serving_cert), no metrics server, on 127.0.0.1."""
+    return {"apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+            "webhook": {"port": ports["trainer_webhook"], "host": "127.0.0.1"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['trainer_health']}",
+                       "readinessEndpointName": "readyz", "livenessEndpointName": "healthz"},
+            "metrics": {"bindAddress": "0", "secureServing": False},
+            "leaderElection": {"leaderElect": False},
+            "certManagement": {"enable": False},
+            "clientConnection": {"qps": 100, "burst": 200}}
+
+
+def start(cluster: Any, timeout: float = 120) -> None:
+    """Install and start JobSet and Trainer on the running LocalCluster `cluster`, whose ports
+    has PORTS; waits until both are ready. The binaries are built first when missing (not counted
+    in `timeout`)."""
+    bin_dir = ensure_binaries()
+    deadline = time.monotonic() + timeout
+    pki = certs.PKI(cluster.state_dir / "pki")
+    cert_dir = serving_cert(pki)
+    api = cluster.api_client()
+    install(api, bin_dir, cluster.ports, pki, timeout=max(5.0, deadline - time.monotonic()))
+    configs = {"jobset": jobset_configuration(cluster.ports, cert_dir),
+               "trainer": trainer_configuration(cluster.ports)}
+    for name, config in configs.items():
+        (cluster.state_dir / f"{name}-config.yaml").write_text(json.dumps(config, indent=2))
+    cluster._spawn("jobset", [f"--config={cluster.state_dir / 'jobset-config.yaml'}",
+                              "--zap-log-level=2"], exe=bin_dir / JOBSET_EXE)
+    # TrainJobStatus (alpha, off by default) would start a status server that needs an
+    # in-cluster ServiceAccount token; it stays off.
+    cluster._spawn("trainer", [f"--config={cluster.state_dir / 'trainer-config.yaml'}",
+                               "--feature-gates=TrainJobStatus=false", "--zap-log-level=2"],
+                   exe=bin_dir / TRAINER_EXE, env={"TMPDIR": str(cert_dir.parent.parent)})
+    for name in ("jobset", "trainer"):
+        cluster._wait_http(f"http://127.0.0.1:{cluster.ports[f'{name}_health']}/readyz", name,
+                           deadline)

@@ -1,0 +1,212 @@
+"""Kubeflow Trainer v2 on the session cluster (JobSet and Trainer's controller manager built from
+their Go modules and started on it lazily, LocalCluster.add_trainer): chexflow's Horovod
+ClusterTrainingRuntime runs a TrainJob submitted with `chexflow mpijob submit --job-kind
+trainjob` on real pods: two nodes (the launcher is one: runLauncherAsNode) train DenseNet-121
+with Horovod size 2 on generated TFRecords. Stopping the command deletes the TrainJob and its
+JobSet; a runtime that does not exist ends the command with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chexflow.devcluster import nodes
+from chexflow.envs import REPO_ROOT
+from chexflow.jobs.trainjob import (
+    JOBSET_LABEL,
+    REPLICATED_JOB_LABEL,
+    RUNTIME_NAME,
+    RUNTIME_PLURAL,
+    TRAINJOB_GROUP,
+    TRAINJOB_PLURAL,
+    TRAINJOB_VERSION,
+    horovod_runtime,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
+
+CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
+
+
+@pytest.fixture(scope="module")
+def trainer_cluster(k8s_cluster, trainer_image):
+    """The session cluster with Trainer and JobSet, and chexflow's runtime whose pods use the
+    locally built trainer image."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    if not k8s_cluster.trainer:
+        start = time.monotonic()
+        k8s_cluster.add_trainer(timeout=180)
+        print(f"Trainer and JobSet up in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    custom = client.CustomObjectsApi(k8s_cluster.api_client())
+    body = horovod_runtime(image=trainer_image)
+    try:
+        custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
+                                            body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    return k8s_cluster
+
+
+def _env(cluster) -> dict[str, str]:
+    return {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+
+
+def _wait_for(what: str, check, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+def test_trainjob_on_chexflows_runtime_trains_densenet_with_horovod_size_2_on_real_pods(
+        trainer_cluster, k8s_api, real_namespace, trainer_image):
+    from kubernetes import client
+
+    ns, data = real_namespace
+    for cmd in (["data", "synth", "--out", str(data / "raw"), "--images", "64", "--size", "64",
+                 "--min-prevalence", "0.3"],
+                ["preprocess", "--csv", str(data / "raw" / "Data_Entry_2017.csv"), "--images",
+                 str(data / "raw" / "images"), "--out", str(data / "tfrecords"),
+                 "--image-size", "64", "--split", "50/40/10"]):
+        subprocess.run([*CHEXFLOW, *cmd], check=True, cwd=REPO_ROOT, capture_output=True)
+    core = client.CoreV1Api(k8s_api)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--keep", "--name", "tj",
+         "--namespace", ns, "--workers", "2", "--gpus-per-worker", "0", "--cpu", "750m",
+         "--memory", "3Gi", "--pvc", "data", "--mount-path", "/data", "--image", trainer_image,
+         "--timeout", "900", "--",
+         "chexflow", "train", "--launcher", "none", "--data", "/data/tfrecords",
+         "--out", "/data/run", "--model", "densenet121", "--image-size", "64",
+         "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--threads", "1"],
+        cwd=REPO_ROOT, env=_env(trainer_cluster), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    seen: dict[str, str] = {}  # pod -> replicated job (JobSet ends the node pods at Complete)
+    try:
+        while proc.poll() is None and time.monotonic() - start < 1200:
+            for pod in core.list_namespaced_pod(ns, label_selector=f"{JOBSET_LABEL}=tj").items:
+                seen[pod.metadata.name] = pod.metadata.labels[REPLICATED_JOB_LABEL]
+            time.sleep(2)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    wall = time.monotonic() - start
+    assert proc.returncode == 0, f"{out[-3000:]}\n{err[-5000:]}"
+    assert "TrainJob/tj succeeded" in out
+    print(f"TrainJob submit to Complete: {wall:.0f} s", file=sys.stderr)
+    # two nodes: the launcher is one of them (runLauncherAsNode)
+    assert sorted(seen.values()) == ["launcher", "node"], seen
+    pods = core.list_namespaced_pod(ns, label_selector=f"{JOBSET_LABEL}=tj").items
+    launcher = next(p for p in pods if p.metadata.labels[REPLICATED_JOB_LABEL] == "launcher")
+    log = core.read_namespaced_pod_log(launcher.metadata.name, ns, container="node")
+    metrics = json.loads((data / "run" / "metrics.json").read_text())
+    assert metrics["workers"] == 2 and metrics["model"] == "densenet121", metrics
+    assert f"val_auroc={metrics['val_auroc']:.6g}" in log
+    job = client.CustomObjectsApi(k8s_api).get_namespaced_custom_object(
+        TRAINJOB_GROUP, TRAINJOB_VERSION, ns, TRAINJOB_PLURAL, "tj")
+    conds = {c["type"]: c["status"] for c in job["status"]["conditions"]}
+    assert conds.get("Complete") == "True", job["status"]
+
+
+def test_stopping_the_submitting_command_deletes_the_trainjob_and_its_jobset(
+        trainer_cluster, k8s_api, k8s_namespace):
+    """On the kwok nodes (a held launcher): SIGTERM deletes the TrainJob; its JobSet and pods
+    go with it."""
+    from kubernetes import client
+
+    ns = k8s_namespace
+    core, custom = client.CoreV1Api(k8s_api), client.CustomObjectsApi(k8s_api)
+    proc = subprocess.Popen(
+        [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--name", "held",
+         "--namespace", ns, "--workers", "2", "--gpus-per-worker", "1", "--timeout", "600",
+         "--env", f"{nodes.OUTCOME_ENV}=hold", "--", "chexflow", "train", "--epochs", "1"],
+        cwd=REPO_ROOT, env=_env(trainer_cluster), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        def launcher_running() -> bool:
+            pods = core.list_namespaced_pod(
+                ns, label_selector=f"{JOBSET_LABEL}=held,{REPLICATED_JOB_LABEL}=launcher").items
+            return any(p.status.phase == "Running" for p in pods)
+        _wait_for("launcher running", launcher_running, timeout=120)
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 2, err
+    assert err.strip().splitlines()[-1] == (
+        f"chexflow mpijob: error: stopped by SIGTERM: deleted TrainJob {ns}/held and its pods")
+    assert "Traceback" not in err
+
+    def nothing_left() -> bool:
+        jobs = custom.list_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
+                                                    TRAINJOB_PLURAL)["items"]
+        jobsets = custom.list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns,
+                                                       "jobsets")["items"]
+        return not jobs and not jobsets and not core.list_namespaced_pod(ns).items
+    _wait_for("TrainJob, JobSet and pods gone", nothing_left, timeout=60)
+
+
+def test_a_runtime_that_does_not_exist_is_one_clear_line(trainer_cluster, k8s_namespace):
+    proc = subprocess.run(
+        [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--runtime", "no-such",
+         "--name", "orphan", "--namespace", k8s_namespace, "--workers", "2", "--",
+         "chexflow", "train"],
+        cwd=REPO_ROOT, env=_env(trainer_cluster), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "chexflow mpijob: error: ClusterTrainingRuntime no-such not found: apply it first "
+        "(kubectl apply -f horovod-runtime.yaml from chexflow's trainjob/)")
+    assert RUNTIME_NAME != "no-such"
+
+
+def _submit_fails(cluster, ns: str, name: str, *options: str) -> str:
+    """Run `chexflow mpijob submit --job-kind trainjob` expected to fail: its last stderr line."""
+    proc = subprocess.run(
+        [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--name", name,
+         "--namespace", ns, "--workers", "2", "--timeout", "300", *options, "--",
+         "chexflow", "train"],
+        cwd=REPO_ROOT, env=_env(cluster), capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0, proc.stdout
+    assert "Traceback" not in proc.stderr
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_an_image_that_does_not_exist_is_one_line_naming_the_launcher_pod(
+        trainer_cluster, k8s_api, real_namespace):
+    """The node pods (the runtime's image) start; the launcher's image cannot be pulled."""
+    from kubernetes import client
+
+    ns, _ = real_namespace
+    line = _submit_fails(trainer_cluster, ns, "bad-image", "--cpu", "250m", "--memory", "256Mi",
+                         "--image", "chexflow.local/no-such-image:1")
+    assert line.startswith(f"chexflow mpijob: error: TrainJob {ns}/bad-image cannot start: pod "
+                           "bad-image-launcher-0-0"), line
+    assert "container node: " in line and "no-such-image" in line, line
+    assert line.endswith("it was deleted"), line
+    custom = client.CustomObjectsApi(k8s_api)
+    assert not custom.list_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
+                                                    TRAINJOB_PLURAL)["items"]
+
+
+def test_a_node_selector_nothing_matches_is_one_line(trainer_cluster, k8s_namespace):
+    line = _submit_fails(trainer_cluster, k8s_namespace, "nowhere", "--node-selector",
+                         "pool=no-such-pool")
+    assert line.startswith(f"chexflow mpijob: error: TrainJob {k8s_namespace}/nowhere cannot be "
+                           "scheduled: pod nowhere-node-0-0"), line
+    assert "node affinity/selector" in line and line.endswith("it was deleted"), line

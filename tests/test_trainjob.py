@@ -1,0 +1,129 @@
+"""Kubeflow Trainer v2: chexflow's Horovod ClusterTrainingRuntime (trainjob/horovod-runtime.yaml)
+and the TrainJobs render_trainjob writes, checked against Trainer's own CRD schemas (from its Go
+module, when the module cache has it) and against what render.py puts in an MPIJob."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from chexflow.devcluster import trainer as devtrainer
+from chexflow.jobs import JobSpec, JobSpecError, Volume
+from chexflow.jobs import render as mpirender
+from chexflow.jobs.schema import validate_against_crd
+from chexflow.jobs.spec import ClusterOptions
+from chexflow.jobs.trainjob import (
+    RUNTIME_FILE,
+    horovod_runtime,
+    render_trainjob,
+    runtime_text,
+)
+from tests.conftest import run_chexflow
+
+
+def spec(**kw) -> JobSpec:
+    base = dict(name="chexnet-train", command=["chexflow", "train", "--data", "/data/tfr"],
+                workers=3, horovod=True, gpus_per_worker=2, cpu="8", memory="32Gi",
+                volumes=[Volume("chexflow-data", "/data")], env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                timeout_seconds=7200)
+    return JobSpec(**{**base, **kw})
+
+
+def trainer_crd(name: str) -> Path:
+    """A CRD of the Trainer release build/trainer/go.mod names, from the Go module cache."""
+    cache = Path(os.environ.get("GOMODCACHE", Path.home() / "go" / "pkg" / "mod"))
+    version = devtrainer.module_version(devtrainer.TRAINER_MODULE)
+    path = (cache / "github.com" / "kubeflow" / "trainer" / f"v2@{version}" / "manifests" /
+            "base" / "crds" / f"trainer.kubeflow.org_{name}.yaml")
+    if not path.exists():
+        pytest.skip(f"{path} not in the Go module cache (chexflow cluster build --trainer)")
+    return path
+
+
+def pods(runtime: dict) -> dict[str, dict]:
+    return {rj["name"]: rj["template"]["spec"]["template"]
+            for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+
+
+def test_committed_runtime_is_what_the_renderer_writes():
+    assert RUNTIME_FILE.read_text() == runtime_text(), (
+        "trainjob/horovod-runtime.yaml is stale: python -m chexflow.jobs.trainjob")
+
+
+def test_runtime_validates_against_trainers_crd_and_uses_mpi_policy_for_the_non_root_user():
+    runtime = yaml.safe_load(RUNTIME_FILE.read_text())
+    validate_against_crd(runtime, trainer_crd("clustertrainingruntimes"), version="v1alpha1")
+    mpi = runtime["spec"]["mlPolicy"]["mpi"]
+    assert mpi == {"numProcPerNode": 1, "mpiImplementation": "OpenMPI",
+                   "sshAuthMountPath": "/home/chexflow/.ssh", "runLauncherAsNode": True}
+
+
+def test_runtime_pods_are_the_mpijobs_non_root_istio_free_gpu_tolerant_pods():
+    mpijob = mpirender.render_mpijob(spec())["spec"]["mpiReplicaSpecs"]
+    templates = pods(horovod_runtime())
+    for role, mpi_role in (("node", "Worker"), ("launcher", "Launcher")):
+        pod, theirs = templates[role], mpijob[mpi_role]["template"]
+        assert pod["metadata"]["annotations"] == {"sidecar.istio.io/inject": "false"}
+        (container,) = pod["spec"]["containers"]
+        assert container["name"] == "node"  # where Trainer's MPI plugin mounts keys, hostfile
+        assert container["securityContext"] == theirs["spec"]["containers"][0]["securityContext"]
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in \
+            pod["spec"]["tolerations"]
+        assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    node = templates["node"]["spec"]["containers"][0]
+    assert node["command"] == mpirender.WORKER_COMMAND
+    assert node["readinessProbe"] == mpirender.WORKER_READINESS
+
+
+def test_trainjob_validates_and_carries_command_resources_data_and_cluster_options():
+    options = ClusterOptions(node_selector={"pool": "a100"},
+                             tolerations=[{"key": "team", "operator": "Exists",
+                                           "effect": "NoSchedule"}],
+                             image_pull_secrets=["regcred"])
+    job = render_trainjob(spec(), "team-a", image="reg.io/trainer:1", options=options)
+    validate_against_crd(job, trainer_crd("trainjobs"), version="v1alpha1")
+    assert job["metadata"]["namespace"] == "team-a"
+    assert job["spec"]["runtimeRef"] == {"name": "chexflow-horovod",
+                                         "apiGroup": "trainer.kubeflow.org",
+                                         "kind": "ClusterTrainingRuntime"}
+    t = job["spec"]["trainer"]
+    assert t["command"] == mpirender.mpirun_args(spec())
+    assert t["command"][:3] == ["mpirun", "-np", "6"]
+    assert (t["numNodes"], t["numProcPerNode"]) == (3, 2)
+    assert t["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 2
+    assert t["image"] == "reg.io/trainer:1"
+    assert {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "2"} in t["env"]
+    assert job["spec"]["activeDeadlineSeconds"] == 7200
+    (patch,) = job["spec"]["runtimePatches"]
+    jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert [j["name"] for j in jobs] == ["node", "launcher"]
+    for j in jobs:
+        pod = j["template"]["spec"]["template"]["spec"]
+        assert pod["volumes"] == [{"name": "data-0", "persistentVolumeClaim": {
+            "claimName": "chexflow-data", "readOnly": False}}]
+        assert pod["containers"] == [{"name": "node", "volumeMounts": [
+            {"name": "data-0", "mountPath": "/data", "readOnly": False}]}]
+        assert pod["nodeSelector"] == {"pool": "a100"}
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+        assert options.tolerations[0] in pod["tolerations"]
+
+
+def test_trainjob_refuses_what_trainer_cannot_express_with_the_field_named():
+    with pytest.raises(JobSpecError, match="priority_class, gang_scheduling not supported"):
+        render_trainjob(spec(), options=ClusterOptions(priority_class="high",
+                                                       gang_scheduling=True))
+    with pytest.raises(JobSpecError, match="a TrainJob runs Horovod jobs"):
+        render_trainjob(spec(horovod=False, workers=1))
+
+
+def test_cli_render_job_kind_trainjob_prints_the_trainjob():
+    out = run_chexflow("mpijob", "render", "--name", "tj", "--job-kind", "trainjob",
+                       "--workers", "2", "--pvc", "data", "--runtime", "other", "--",
+                       "chexflow", "train").stdout
+    job = yaml.safe_load(out)
+    assert job["kind"] == "TrainJob" and job["spec"]["runtimeRef"]["name"] == "other"
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    assert job["spec"]["trainer"]["command"][-2:] == ["chexflow", "train"]
