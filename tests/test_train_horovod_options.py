@@ -9,13 +9,19 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chexflow.bench.allreduce import gradient_steps, read_timeline
 from chexflow.envs import trainer_python
+from chexflow.jobs.horovod_env import CPU_HOROVOD_ENV
+from chexflow.jobs.render import render_mpijob
+from chexflow.jobs.spec import JobSpec
+from chexflow.train import launch
 from tests.conftest import REPO, read_json, run_chexflow
 
 TINY = ("--synthetic-data", "--model", "resnet50", "--image-size", 32, "--batch-size", 4,
@@ -46,12 +52,13 @@ def timeline_allreduces(path: Path) -> dict[str, tuple[int, set[str]]]:
 def test_fp16_allreduce_and_backward_passes_reach_horovod(tmp_path):
     timeline = tmp_path / "timeline.json"
     out = tmp_path / "run"
-    run_chexflow("train", *TINY, "--fp16-allreduce", "--backward-passes-per-step", 2,
-                 "--fusion-threshold-mb", 32, "--cycle-time-ms", 10, "--out", out,
+    run_chexflow("train", *TINY, "--controller", "gloo", "--fp16-allreduce",
+                 "--backward-passes-per-step", 2, "--fusion-threshold-mb", 32, "--cycle-time-ms",
+                 10, "--out", out,
                  env={"HOROVOD_TIMELINE": str(timeline)}, timeout=1800)
     m = read_json(out / "metrics.json")
     assert m["workers"] == 2 and m["images_per_sec"] > 0
-    assert m["horovod"] == {"controller": "gloo", "fp16_allreduce": True,
+    assert m["horovod"] == {"controller": "gloo", "cpu_operations": "gloo", "fp16_allreduce": True,
                             "backward_passes_per_step": 2, "fusion_threshold_bytes": 32 * 2**20,
                             "cycle_time_ms": 10.0}
     allreduces = timeline_allreduces(timeline)
@@ -134,3 +141,74 @@ def test_a_diverged_model_validates_to_nan_instead_of_failing():
     assert proc.returncode == 0, proc.stderr[-2000:]
     logs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert logs == {"val_loss": None, "val_auroc": None, "val_images": 4}
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_default_cpu_allreduce_gives_gloos_loss_curve(tmp_path):
+    """The CPU default (MPI tensor operations under mpirun) changes speed, not results: the same
+    2-worker run over 3 epochs of 2 steps has gloo's losses within float tolerance."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("no OpenMPI mpirun on PATH: the CPU default stays gloo")
+    curve = {}
+    for name, args in (("default", ()), ("gloo", ("--controller", "gloo"))):
+        out = tmp_path / name
+        proc = run_chexflow("train", *TINY, "--epochs", 3, "--steps-per-epoch", 2, *args,
+                            "--out", out, timeout=1800)
+        launch = next(line for line in proc.stdout.splitlines() if line.startswith("launch: "))
+        m = read_json(out / "metrics.json")
+        curve[name] = [(h["loss"], h["val_loss"]) for h in m["history"]]
+        curve[name + " horovod"] = (launch, m["horovod"])
+    launch, horovod = curve["default horovod"]
+    assert " --mpi " in launch and horovod["controller"] == "mpi"
+    assert horovod["cpu_operations"] == "mpi"
+    assert curve["gloo horovod"][1]["cpu_operations"] == "gloo"
+    assert len(curve["default"]) == 3
+    assert np.allclose(curve["default"], curve["gloo"], rtol=1e-5, atol=1e-6), curve
+
+
+def test_cpu_default_controller_is_mpi_on_this_host_only(monkeypatch):
+    monkeypatch.setattr(launch.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(launch, "local_gpus", lambda: 0)
+    assert launch.default_controller("localhost:2") == "mpi"
+    assert launch.default_controller("node1:2,node2:2") == "gloo"  # other hosts: gloo's ssh-free
+    monkeypatch.setattr(launch, "local_gpus", lambda: 2)
+    assert launch.default_controller("localhost:2") == "gloo"
+    monkeypatch.setattr(launch, "local_gpus", lambda: 0)
+    monkeypatch.setattr(launch.shutil, "which", lambda name: None)
+    assert launch.default_controller("localhost:2") == "gloo"
+
+
+def test_cpu_mpi_environment_leaves_the_users_variables(monkeypatch):
+    monkeypatch.setattr(launch, "local_gpus", lambda: 0)
+    assert launch.controller_env("mpi", {}) == CPU_HOROVOD_ENV
+    mine = {"HOROVOD_CPU_OPERATIONS": "gloo", "X": "1"}
+    assert launch.controller_env("mpi", mine) == {**CPU_HOROVOD_ENV, **mine}
+    assert launch.controller_env("gloo", {"X": "1"}) == {"X": "1"}
+    monkeypatch.setattr(launch, "local_gpus", lambda: 1)
+    assert launch.controller_env("mpi", {"X": "1"}) == {"X": "1"}
+
+
+def _mpijob_env(spec: JobSpec) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    job = render_mpijob(spec)
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    launcher, worker = (replicas[r]["template"]["spec"]["containers"][0]
+                        for r in ("Launcher", "Worker"))
+    env = [{e["name"]: e["value"] for e in c["env"]} for c in (launcher, worker)]
+    return env[0], env[1], launcher["command"]
+
+
+def test_cpu_mpijob_gets_mpi_tensor_operations_and_gpu_mpijob_keeps_nccl():
+    command = ["python", "-m", "chexflow.train.worker"]
+    cpu_launcher, cpu_worker, mpirun = _mpijob_env(
+        JobSpec(name="cpu", command=command, workers=2, horovod=True))
+    for name, value in CPU_HOROVOD_ENV.items():
+        assert cpu_launcher[name] == value and cpu_worker[name] == value
+        assert mpirun[mpirun.index(name) - 1] == "-x"  # reaches the ranks started over ssh
+    gpu_launcher, gpu_worker, mpirun = _mpijob_env(
+        JobSpec(name="gpu", command=command, workers=2, horovod=True, gpus_per_worker=1))
+    assert not set(CPU_HOROVOD_ENV) & {*gpu_launcher, *gpu_worker, *mpirun}
+    mine, _, _ = _mpijob_env(JobSpec(name="mine", command=command, workers=2, horovod=True,
+                                     env={"HOROVOD_CPU_OPERATIONS": "gloo"}))
+    assert mine["HOROVOD_CPU_OPERATIONS"] == "gloo"
+    assert mine["OMPI_MCA_mpi_yield_when_idle"] == "1"

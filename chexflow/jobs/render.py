@@ -17,6 +17,7 @@ import copy
 from typing import Any
 
 from chexflow.container_images import launcher_image, trainer_image
+from chexflow.jobs.horovod_env import cpu_horovod_env
 from chexflow.jobs.spec import ClusterOptions, JobSpec
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
@@ -54,13 +55,21 @@ def mpirun_args(spec: JobSpec) -> list[str]:
     args = ["mpirun", "-np", str(spec.processes), "-bind-to", "none"]
     args += ["-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
     # Ranks start over ssh and do not inherit the container's environment: forward it.
-    for name in ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "NCCL_DEBUG", *sorted(spec.env)):
+    forward = sorted({*spec.env, *horovod_env(spec)})
+    for name in ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "NCCL_DEBUG", *forward):
         args += ["-x", name]
     return [*args, *spec.command]
 
 
+def horovod_env(spec: JobSpec) -> dict[str, str]:
+    """A CPU MPIJob's Horovod defaults (MPI tensor operations; GPU jobs keep NCCL): the
+    spec's own env wins."""
+    return cpu_horovod_env(spec.env) if spec.horovod and not spec.gpus_per_worker else {}
+
+
 def _env(spec: JobSpec) -> list[dict[str, str]]:
-    base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name}
+    base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name,
+            **horovod_env(spec)}
     return [{"name": k, "value": str(v)} for k, v in {**base, **spec.env}.items()]
 
 

@@ -1,4 +1,5 @@
-"""The local launcher: checks, then `horovodrun -np N -H HOSTS --gloo python -m ...worker`.
+"""The local launcher: checks, then `horovodrun -np N -H HOSTS --mpi|--gloo python -m ...worker`
+(--mpi with MPI tensor operations on a host without GPUs, default_controller).
 
 The worker module is the same one an MPIJob's `mpirun` starts; this runs the command line the
 jobs package builds (chexflow.jobs.local.horovodrun_command) in the trainer environment. Pure
@@ -20,14 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.jobs.horovod_env import cpu_horovod_env
 from chexflow.processes import die_with_parent
 from chexflow.train.options import TrainOptions
 
 ERROR_FILE_ENV = "CHEXFLOW_ERROR_FILE"
-# horovodrun's lines: a rank's end, any line of a rank, a rank's stderr line
+# horovodrun's lines: a rank's end, any line of a rank, a rank's stderr line (gloo tags a
+# rank's lines [R]<stdout>:, mpirun [JOB,R]<stdout>:)
 EXIT_LINE = re.compile(r"Process (\d+) exit with status code (-?\d+)\.")
-RANK_LINE = re.compile(r"\[(\d+)\]<std(?:out|err)>:")
-RANK_ERR_LINE = re.compile(r"\[(\d+)\]<stderr>:(.*)")
+RANK_LINE = re.compile(r"\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+RANK_ERR_LINE = re.compile(r"\[(?:\d+,)?(\d+)\]<stderr>:(.*)")
+# mpirun's (OpenMPI) report of the first failed rank: killed by a signal, or its exit code
+MPI_SIGNAL_LINE = re.compile(r"mpirun noticed that process rank (\d+) .* exited on signal (\d+)")
+MPI_PROCESS_LINE = re.compile(r"\s*Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+MPI_EXIT_CODE_LINE = re.compile(r"\s*Exit code:\s*(-?\d+)")
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class LaunchError(ChexflowError):
@@ -47,17 +55,22 @@ def parse_hosts(hosts: str) -> list[tuple[str, int]]:
     return out
 
 
+def local_gpus() -> int:
+    """The GPUs `nvidia-smi -L` lists (0 without nvidia-smi)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        gpus = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in gpus.stdout.splitlines() if line.startswith("GPU "))
+
+
 def local_slots() -> int:
     """Slots on this machine: its GPUs if it has any, else its CPU cores."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            gpus = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-            n = sum(1 for line in gpus.stdout.splitlines() if line.startswith("GPU "))
-            if n:
-                return n
-        except (OSError, subprocess.SubprocessError):
-            pass
+    if n := local_gpus():
+        return n
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
@@ -82,6 +95,21 @@ def resolve_hosts(workers: int, hosts: str | None) -> str:
     return hosts
 
 
+def default_controller(hosts: str) -> str:
+    """mpi (MPI tensor operations over OpenMPI's shared memory, CPU_HOROVOD_ENV) when every rank
+    runs on this host, which has no GPU, and mpirun is on PATH; gloo otherwise."""
+    local = all(name in LOCAL_HOSTS for name, _ in parse_hosts(hosts))
+    return "mpi" if local and shutil.which("mpirun") and not local_gpus() else "gloo"
+
+
+def controller_env(controller: str, env: dict[str, str]) -> dict[str, str]:
+    """`env` plus, for the MPI controller on a host without GPUs, CPU_HOROVOD_ENV where `env`
+    does not set those variables."""
+    if controller != "mpi" or local_gpus():
+        return env
+    return {**cpu_horovod_env(env), **env}
+
+
 def check_controller(controller: str) -> None:
     """The MPI controller needs OpenMPI's mpirun on PATH (horovodrun --mpi starts it)."""
     if controller == "mpi" and not shutil.which("mpirun"):
@@ -91,20 +119,23 @@ def check_controller(controller: str) -> None:
 
 
 def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions,
-              env: dict[str, str] | None = None, controller: str = "gloo") -> int:
-    """Start the workers with horovodrun (controller gloo or mpi) and wait; a worker's own
-    error becomes ours, and a worker that died otherwise is named in one line. horovodrun gets
-    SIGTERM (and ends its workers) when this process dies, however it ends."""
+              env: dict[str, str] | None = None, controller: str | None = None) -> int:
+    """Start the workers with horovodrun (controller gloo or mpi; default: default_controller)
+    and wait; a worker's own error becomes ours, and a worker that died otherwise is named in
+    one line. horovodrun gets SIGTERM (and ends its workers) when this process dies, however it
+    ends."""
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
+    hosts = resolve_hosts(workers, hosts)
+    controller = controller or default_controller(hosts)
     check_controller(controller)
-    cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers,
-                             resolve_hosts(workers, hosts), controller=controller)
+    cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers, hosts,
+                             controller=controller)
     with tempfile.TemporaryDirectory(prefix="chexflow-train-") as tmp:
         error_file = Path(tmp) / "error.txt"
-        env = with_chexflow_importable({**os.environ, **(env or {}),
-                                        ERROR_FILE_ENV: str(error_file)})
+        env = controller_env(controller, {**os.environ, **(env or {})})
+        env = with_chexflow_importable({**env, ERROR_FILE_ENV: str(error_file)})
         print("launch: " + " ".join(cmd), flush=True)
         sys.stdout.flush()
         rc, log = _run_horovodrun(cmd, env)
@@ -118,15 +149,24 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
 @dataclass
 class HorovodrunLog:
     """What a failed run's last line is made from: horovodrun's `Process N exit with status
-    code C` lines in order, each rank's last stderr line, horovodrun's own last line."""
+    code C` lines (or mpirun's report) in order, each rank's last stderr line, horovodrun's own
+    last line."""
 
     exits: list[tuple[int, int]] = field(default_factory=list)
     last_error: dict[int, str] = field(default_factory=dict)
     last_own: str = ""
+    mpi_rank: int | None = None  # mpirun's `Process name:` line, before its `Exit code:`
 
     def add(self, line: str) -> None:
         if m := EXIT_LINE.match(line):
             self.exits.append((int(m[1]), int(m[2])))
+        elif m := MPI_SIGNAL_LINE.match(line):
+            self.exits.append((int(m[1]), 128 + int(m[2])))
+        elif m := MPI_PROCESS_LINE.match(line):
+            self.mpi_rank = int(m[1])
+        elif self.mpi_rank is not None and (m := MPI_EXIT_CODE_LINE.match(line)):
+            self.exits.append((self.mpi_rank, int(m[1])))
+            self.mpi_rank = None
         elif m := RANK_ERR_LINE.match(line):
             if m[2].strip():
                 self.last_error[int(m[1])] = m[2].strip()
