@@ -17,7 +17,6 @@ import copy
 from typing import Any
 
 from chexflow.container_images import launcher_image, trainer_image
-from chexflow.jobs.horovod_env import cpu_horovod_env
 from chexflow.jobs.spec import ClusterOptions, JobSpec
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
@@ -55,21 +54,13 @@ def mpirun_args(spec: JobSpec) -> list[str]:
     args = ["mpirun", "-np", str(spec.processes), "-bind-to", "none"]
     args += ["-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
     # Ranks start over ssh and do not inherit the container's environment: forward it.
-    forward = sorted({*spec.env, *horovod_env(spec)})
-    for name in ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "NCCL_DEBUG", *forward):
+    for name in ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "NCCL_DEBUG", *sorted(spec.env)):
         args += ["-x", name]
     return [*args, *spec.command]
 
 
-def horovod_env(spec: JobSpec) -> dict[str, str]:
-    """A CPU MPIJob's Horovod defaults (MPI tensor operations; GPU jobs keep NCCL): the
-    spec's own env wins."""
-    return cpu_horovod_env(spec.env) if spec.horovod and not spec.gpus_per_worker else {}
-
-
 def _env(spec: JobSpec) -> list[dict[str, str]]:
-    base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name,
-            **horovod_env(spec)}
+    base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name}
     return [{"name": k, "value": str(v)} for k, v in {**base, **spec.env}.items()]
 
 

@@ -1,5 +1,4 @@
-"""The local launcher: checks, then `horovodrun -np N -H HOSTS --mpi|--gloo python -m ...worker`
-(--mpi with MPI tensor operations on a host without GPUs, default_controller).
+"""The local launcher: checks, then `horovodrun -np N -H HOSTS --gloo python -m ...worker`.
 
 The worker module is the same one an MPIJob's `mpirun` starts; this runs the command line the
 jobs package builds (chexflow.jobs.local.horovodrun_command) in the trainer environment. Pure
@@ -21,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
-from chexflow.jobs.horovod_env import cpu_horovod_env
 from chexflow.processes import die_with_parent
 from chexflow.train.options import TrainOptions
 
@@ -35,7 +33,6 @@ RANK_ERR_LINE = re.compile(r"\[(?:\d+,)?(\d+)\]<stderr>:(.*)")
 MPI_SIGNAL_LINE = re.compile(r"mpirun noticed that process rank (\d+) .* exited on signal (\d+)")
 MPI_PROCESS_LINE = re.compile(r"\s*Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 MPI_EXIT_CODE_LINE = re.compile(r"\s*Exit code:\s*(-?\d+)")
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class LaunchError(ChexflowError):
@@ -95,21 +92,6 @@ def resolve_hosts(workers: int, hosts: str | None) -> str:
     return hosts
 
 
-def default_controller(hosts: str) -> str:
-    """mpi (MPI tensor operations over OpenMPI's shared memory, CPU_HOROVOD_ENV) when every rank
-    runs on this host, which has no GPU, and mpirun is on PATH; gloo otherwise."""
-    local = all(name in LOCAL_HOSTS for name, _ in parse_hosts(hosts))
-    return "mpi" if local and shutil.which("mpirun") and not local_gpus() else "gloo"
-
-
-def controller_env(controller: str, env: dict[str, str]) -> dict[str, str]:
-    """`env` plus, for the MPI controller on a host without GPUs, CPU_HOROVOD_ENV where `env`
-    does not set those variables."""
-    if controller != "mpi" or local_gpus():
-        return env
-    return {**cpu_horovod_env(env), **env}
-
-
 def check_controller(controller: str) -> None:
     """The MPI controller needs OpenMPI's mpirun on PATH (horovodrun --mpi starts it)."""
     if controller == "mpi" and not shutil.which("mpirun"):
@@ -119,23 +101,21 @@ def check_controller(controller: str) -> None:
 
 
 def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions,
-              env: dict[str, str] | None = None, controller: str | None = None) -> int:
-    """Start the workers with horovodrun (controller gloo or mpi; default: default_controller)
-    and wait; a worker's own error becomes ours, and a worker that died otherwise is named in
-    one line. horovodrun gets SIGTERM (and ends its workers) when this process dies, however it
-    ends."""
+              env: dict[str, str] | None = None, controller: str = "gloo") -> int:
+    """Start the workers with horovodrun (controller gloo or mpi) and wait; a worker's own
+    error becomes ours, and a worker that died otherwise is named in one line. horovodrun gets
+    SIGTERM (and ends its workers) when this process dies, however it ends."""
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
     hosts = resolve_hosts(workers, hosts)
-    controller = controller or default_controller(hosts)
     check_controller(controller)
     cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers, hosts,
                              controller=controller)
     with tempfile.TemporaryDirectory(prefix="chexflow-train-") as tmp:
         error_file = Path(tmp) / "error.txt"
-        env = controller_env(controller, {**os.environ, **(env or {})})
-        env = with_chexflow_importable({**env, ERROR_FILE_ENV: str(error_file)})
+        env = with_chexflow_importable({**os.environ, **(env or {}),
+                                        ERROR_FILE_ENV: str(error_file)})
         print("launch: " + " ".join(cmd), flush=True)
         sys.stdout.flush()
         rc, log = _run_horovodrun(cmd, env)
