@@ -264,3 +264,16 @@ def test_katib_overhead_timings_read_the_trials_own_marks(tmp_path):
     assert gap == pytest.approx((2.5 + 1.0) / 2)
     with pytest.raises(RealPodsError, match=r"trials.log: 3 trial starts and 3 ends, expected 4"):
         timings(log, 100.0, 4)
+
+
+def test_horovod_options_best_setting_is_the_fastest_that_keeps_gloos_numbers():
+    from chexflow.bench.core import Result
+    from chexflow.bench.training import best_setting, horovod_option_sides
+
+    assert not any(n.startswith("mpi") for n in horovod_option_sides(mpi=False))
+    sides = horovod_option_sides(mpi=True)
+    assert list(sides)[0] == "gloo" and not sides["gloo --fp16-allreduce"].same_results
+    speed = {"mpi": 50.0, "mpi, yield when idle": 55.0, "gloo --fp16-allreduce": 60.0}
+    results = [Result(f"horovod option {n}", "images/s", n, "gloo", [speed.get(n, 45.0)] * 3,
+                      [45.0] * 3, 1.0) for n in sides if n != "gloo"]
+    assert best_setting(results, sides) == "mpi, yield when idle"

@@ -114,6 +114,32 @@ def test_failure_reason_names_the_first_failed_rank_and_how():
         "horovodrun exited 2: horovodrun: error: bad -np"
 
 
+MPIRUN_KILLED_RANK_1 = """\
+[1,0]<stdout>:Epoch 1/3
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).
+"""
+MPIRUN_FAILED_RANK_1 = """\
+[1,1]<stderr>:ValueError: bad
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[7129,1],1]
+  Exit code:    3
+"""
+
+
+def test_failure_reason_reads_mpiruns_report_under_the_mpi_controller():
+    assert failure_reason(1, _log(MPIRUN_KILLED_RANK_1)) == (
+        "worker rank 1 was killed by SIGKILL (exit status 137); horovodrun ended the other "
+        "workers")
+    assert failure_reason(1, _log(MPIRUN_FAILED_RANK_1)) == \
+        "worker rank 1 exited with status 3: ValueError: bad"
+
+
 # ---------------------------------------------------------------- one run per --out (trainer env)
 
 

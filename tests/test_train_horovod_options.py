@@ -9,13 +9,17 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from chexflow.bench.allreduce import gradient_steps, read_timeline
 from chexflow.envs import trainer_python
+from chexflow.jobs.render import render_mpijob
+from chexflow.jobs.spec import JobSpec
 from tests.conftest import REPO, read_json, run_chexflow
 
 TINY = ("--synthetic-data", "--model", "resnet50", "--image-size", 32, "--batch-size", 4,
@@ -46,12 +50,13 @@ def timeline_allreduces(path: Path) -> dict[str, tuple[int, set[str]]]:
 def test_fp16_allreduce_and_backward_passes_reach_horovod(tmp_path):
     timeline = tmp_path / "timeline.json"
     out = tmp_path / "run"
-    run_chexflow("train", *TINY, "--fp16-allreduce", "--backward-passes-per-step", 2,
-                 "--fusion-threshold-mb", 32, "--cycle-time-ms", 10, "--out", out,
+    run_chexflow("train", *TINY, "--controller", "gloo", "--fp16-allreduce",
+                 "--backward-passes-per-step", 2, "--fusion-threshold-mb", 32, "--cycle-time-ms",
+                 10, "--out", out,
                  env={"HOROVOD_TIMELINE": str(timeline)}, timeout=1800)
     m = read_json(out / "metrics.json")
     assert m["workers"] == 2 and m["images_per_sec"] > 0
-    assert m["horovod"] == {"controller": "gloo", "fp16_allreduce": True,
+    assert m["horovod"] == {"controller": "gloo", "cpu_operations": "gloo", "fp16_allreduce": True,
                             "backward_passes_per_step": 2, "fusion_threshold_bytes": 32 * 2**20,
                             "cycle_time_ms": 10.0}
     allreduces = timeline_allreduces(timeline)
@@ -134,3 +139,44 @@ def test_a_diverged_model_validates_to_nan_instead_of_failing():
     assert proc.returncode == 0, proc.stderr[-2000:]
     logs = json.loads(proc.stdout.strip().splitlines()[-1])
     assert logs == {"val_loss": None, "val_auroc": None, "val_images": 4}
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_mpi_tensor_operations_give_gloos_loss_curve_and_gloo_stays_the_default(tmp_path):
+    """MPI tensor operations (mpirun, OpenMPI's shared memory) change speed, not results: the
+    same 2-worker run over 3 epochs of 2 steps has gloo's losses within float tolerance. The
+    default stays gloo (faster on CPU here, docs/benchmarks.md)."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("no OpenMPI mpirun on PATH")
+    curve, horovod = {}, {}
+    for name, args in (("default", ()), ("mpi", ("--controller", "mpi"))):
+        out = tmp_path / name
+        proc = run_chexflow("train", *TINY, "--epochs", 3, "--steps-per-epoch", 2, *args,
+                            "--out", out, timeout=1800)
+        launch = next(line for line in proc.stdout.splitlines() if line.startswith("launch: "))
+        m = read_json(out / "metrics.json")
+        curve[name] = [(h["loss"], h["val_loss"]) for h in m["history"]]
+        horovod[name] = (launch, m["horovod"]["controller"], m["horovod"]["cpu_operations"])
+    assert " --gloo " in horovod["default"][0] and horovod["default"][1:] == ("gloo", "gloo")
+    assert " --mpi " in horovod["mpi"][0] and horovod["mpi"][1:] == ("mpi", "mpi")
+    assert len(curve["default"]) == 3
+    assert np.allclose(curve["mpi"], curve["default"], rtol=1e-5, atol=1e-6), curve
+
+
+def test_cpu_and_gpu_mpijobs_leave_horovods_cpu_operations_to_mpirun():
+    """An MPIJob's ranks run under mpirun: MPI tensor operations on CPU, NCCL on GPU; the
+    renderer sets neither (the user's env is passed as given)."""
+    command = ["python", "-m", "chexflow.train.worker"]
+    for gpus in (0, 1):
+        job = render_mpijob(JobSpec(name="j", command=command, workers=2, horovod=True,
+                                    gpus_per_worker=gpus))
+        for role in ("Launcher", "Worker"):
+            container = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+            assert not {e["name"] for e in container["env"]} & {"HOROVOD_CPU_OPERATIONS",
+                                                                  "HOROVOD_CONTROLLER"}
+    mine = render_mpijob(JobSpec(name="j", command=command, workers=2, horovod=True,
+                                 env={"HOROVOD_CPU_OPERATIONS": "gloo"}))
+    launcher = mine["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert {"name": "HOROVOD_CPU_OPERATIONS", "value": "gloo"} in launcher["env"]
+    assert launcher["command"][launcher["command"].index("HOROVOD_CPU_OPERATIONS") - 1] == "-x"

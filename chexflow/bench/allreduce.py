@@ -127,15 +127,18 @@ def _metrics(out: Path) -> dict:
 
 
 def account(work: Path, data: Path, model: str, size: int, batch: int, steps: int,
-            workers: int = 2, repeats: int = 1) -> dict:
-    """The account of `repeats` runs (each: the Horovod run, then the independent workers)."""
+            workers: int = 2, repeats: int = 1, setting: str = "defaults",
+            args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> dict:
+    """The account of `repeats` runs (each: the Horovod run with `setting`, i.e. `chexflow
+    train` arguments `args` and environment `env`, then the independent workers)."""
     kw = dict(model=model, size=size, batch=batch, steps=steps, extra=("--threads", "1"))
     runs = []
     for _ in range(repeats):
         tmp = Path(tempfile.mkdtemp(prefix="allreduce-", dir=work))
         timeline = tmp / "timeline.json"
-        _run([train_command(tmp / "horovod", data, workers=workers, **kw)],
-             env={**os.environ, "HOROVOD_TIMELINE": str(timeline)})
+        horovod_kw = {**kw, "extra": (*kw["extra"], *args)}
+        _run([train_command(tmp / "horovod", data, workers=workers, **horovod_kw)],
+             env={**os.environ, **(env or {}), "HOROVOD_TIMELINE": str(timeline)})
         horovod = _metrics(tmp / "horovod")
         solo = [tmp / f"independent-{i}" for i in range(workers)]
         _run([train_command(o, data, workers=1, **kw) for o in solo])
@@ -154,8 +157,9 @@ def account(work: Path, data: Path, model: str, size: int, batch: int, steps: in
         shutil.rmtree(tmp, ignore_errors=True)
     summary = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     summary["lost_ms"] = summary["horovod_step_ms"] - summary["independent_step_ms"]
-    return {"model": model, "image_size": size, "batch_per_worker": batch, "steps": steps,
-            "workers": workers, "threads_per_worker": 1, "runs": runs, "median": summary}
+    return {"model": model, "setting": setting, "image_size": size, "batch_per_worker": batch,
+            "steps": steps, "workers": workers, "threads_per_worker": 1, "runs": runs,
+            "median": summary}
 
 
 def markdown(acct: dict) -> str:
@@ -171,7 +175,8 @@ def markdown(acct: dict) -> str:
         ("  copy out of fusion buffer", m["copy_out_ms"]),
         (f"copy-and-sum of {m['gradient_mb']:.1f} MB on one core", m["copy_and_sum_ms"]),
     ]
-    lines = [f"\nAllreduce account: {acct['model']} {acct['image_size']} px, batch "
+    lines = [f"\nAllreduce account ({acct.get('setting', 'defaults')}): {acct['model']} "
+             f"{acct['image_size']} px, batch "
              f"{acct['batch_per_worker']}/worker, {acct['workers']} workers x 1 thread, "
              f"{len(acct['runs'])} run(s), {m['tensors']:.0f} gradient tensors per step", "",
              "| per step | ms |", "|---|---|"]

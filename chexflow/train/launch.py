@@ -24,10 +24,15 @@ from chexflow.processes import die_with_parent
 from chexflow.train.options import TrainOptions
 
 ERROR_FILE_ENV = "CHEXFLOW_ERROR_FILE"
-# horovodrun's lines: a rank's end, any line of a rank, a rank's stderr line
+# horovodrun's lines: a rank's end, any line of a rank, a rank's stderr line (gloo tags a
+# rank's lines [R]<stdout>:, mpirun [JOB,R]<stdout>:)
 EXIT_LINE = re.compile(r"Process (\d+) exit with status code (-?\d+)\.")
-RANK_LINE = re.compile(r"\[(\d+)\]<std(?:out|err)>:")
-RANK_ERR_LINE = re.compile(r"\[(\d+)\]<stderr>:(.*)")
+RANK_LINE = re.compile(r"\[(?:\d+,)?(\d+)\]<std(?:out|err)>:")
+RANK_ERR_LINE = re.compile(r"\[(?:\d+,)?(\d+)\]<stderr>:(.*)")
+# mpirun's (OpenMPI) report of the first failed rank: killed by a signal, or its exit code
+MPI_SIGNAL_LINE = re.compile(r"mpirun noticed that process rank (\d+) .* exited on signal (\d+)")
+MPI_PROCESS_LINE = re.compile(r"\s*Process name:\s*\[\[\d+,\d+\],(\d+)\]")
+MPI_EXIT_CODE_LINE = re.compile(r"\s*Exit code:\s*(-?\d+)")
 
 
 class LaunchError(ChexflowError):
@@ -47,17 +52,22 @@ def parse_hosts(hosts: str) -> list[tuple[str, int]]:
     return out
 
 
+def local_gpus() -> int:
+    """The GPUs `nvidia-smi -L` lists (0 without nvidia-smi)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    try:
+        gpus = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in gpus.stdout.splitlines() if line.startswith("GPU "))
+
+
 def local_slots() -> int:
     """Slots on this machine: its GPUs if it has any, else its CPU cores."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            gpus = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-            n = sum(1 for line in gpus.stdout.splitlines() if line.startswith("GPU "))
-            if n:
-                return n
-        except (OSError, subprocess.SubprocessError):
-            pass
+    if n := local_gpus():
+        return n
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
@@ -98,9 +108,10 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
+    hosts = resolve_hosts(workers, hosts)
     check_controller(controller)
-    cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers,
-                             resolve_hosts(workers, hosts), controller=controller)
+    cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers, hosts,
+                             controller=controller)
     with tempfile.TemporaryDirectory(prefix="chexflow-train-") as tmp:
         error_file = Path(tmp) / "error.txt"
         env = with_chexflow_importable({**os.environ, **(env or {}),
@@ -118,15 +129,24 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
 @dataclass
 class HorovodrunLog:
     """What a failed run's last line is made from: horovodrun's `Process N exit with status
-    code C` lines in order, each rank's last stderr line, horovodrun's own last line."""
+    code C` lines (or mpirun's report) in order, each rank's last stderr line, horovodrun's own
+    last line."""
 
     exits: list[tuple[int, int]] = field(default_factory=list)
     last_error: dict[int, str] = field(default_factory=dict)
     last_own: str = ""
+    mpi_rank: int | None = None  # mpirun's `Process name:` line, before its `Exit code:`
 
     def add(self, line: str) -> None:
         if m := EXIT_LINE.match(line):
             self.exits.append((int(m[1]), int(m[2])))
+        elif m := MPI_SIGNAL_LINE.match(line):
+            self.exits.append((int(m[1]), 128 + int(m[2])))
+        elif m := MPI_PROCESS_LINE.match(line):
+            self.mpi_rank = int(m[1])
+        elif self.mpi_rank is not None and (m := MPI_EXIT_CODE_LINE.match(line)):
+            self.exits.append((self.mpi_rank, int(m[1])))
+            self.mpi_rank = None
         elif m := RANK_ERR_LINE.match(line):
             if m[2].strip():
                 self.last_error[int(m[1])] = m[2].strip()

@@ -58,8 +58,11 @@ def _horovod_settings(hvd, args: argparse.Namespace) -> dict:
     """What this run's Horovod did, for metrics.json (after hvd.init())."""
     threshold = os.environ.get("HOROVOD_FUSION_THRESHOLD")
     cycle = os.environ.get("HOROVOD_CYCLE_TIME")
+    controller = "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else None
+    cpu_ops = os.environ.get("HOROVOD_CPU_OPERATIONS") or controller
     return {
-        "controller": "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else None,
+        "controller": controller,
+        "cpu_operations": cpu_ops.lower() if cpu_ops else None,
         "fp16_allreduce": bool(args.fp16_allreduce),
         "backward_passes_per_step": args.backward_passes_per_step or 1,
         "fusion_threshold_bytes": int(threshold) if threshold else None,
