@@ -155,8 +155,10 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
     from kubernetes import client
 
     t0 = time.monotonic()
+    # a node whose lease kwok renews late on a loaded machine is not a fault being studied
     cluster = LocalCluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node,
-                           die_with_parent=True, **policy_options(policy))
+                           die_with_parent=True, node_monitor_grace_s=600,
+                           **policy_options(policy))
     with cluster:
         result: dict = {"policy": policy, "cluster_start_s": round(time.monotonic() - t0, 1)}
         api = cluster.api_client()

@@ -45,7 +45,7 @@ START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedu
 SERVICE_CIDR = "198.19.0.0/16"
 KWOK_POD_CIDR = "198.18.128.0/17"
 KWOK_START_ATTEMPTS = 3
-KWOK_PARALLELISM = 16
+KWOK_LEASE_PARALLELISM = 16
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
 KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
 
@@ -100,6 +100,9 @@ class LocalCluster:
     katib: bool = False
     # Kubeflow Trainer v2 and JobSet (trainer.py; built from their Go modules on first use)
     trainer: bool = False
+    # the node lifecycle controller's grace before a silent node is NotReady (0: Kubernetes'
+    # default); simulations of 1,000s of kwok nodes on a few cores set it longer
+    node_monitor_grace_s: int = 0
     # the address the apiserver listens on: the real node's when there is one
     host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=dict)
@@ -332,7 +335,9 @@ class LocalCluster:
                 # (e.g. node-controller may patch Node taints), as kubeadm runs it
                 "--use-service-account-credentials=true",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--leader-elect=false",
-                "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"]
+                "--kube-api-qps=200", "--kube-api-burst=400", "--v=1",
+                *([f"--node-monitor-grace-period={self.node_monitor_grace_s}s"]
+                  if self.node_monitor_grace_s else [])]
 
     def _scheduler_args(self) -> list[str]:
         kc = self.state_dir / "scheduler.kubeconfig"
@@ -356,14 +361,17 @@ class LocalCluster:
             "metadata": {"name": "all-pods"},
             "spec": {"logs": [{"logsFile": str(pod_log), "follow": False}]},
         }))
-        # four stage transitions at a time (kwok's default) left 1,000s of pods minutes behind;
-        # a KwokConfiguration replaces kwok's defaults, so the others are restated as they are
+        # kwok renews 1,000 nodes' leases 4 at a time by default: on 2 busy cores some lapsed,
+        # the node lifecycle controller marked their pods NotReady for good (kwok readies a pod
+        # only while it is Pending). Stage parallelism stays kwok's 4: at 16, two workers played
+        # one pod's stage at once (two pod IPs, refused). A KwokConfiguration replaces kwok's
+        # defaults, so the others are restated as they are.
         options = self.state_dir / "kwok-options.yaml"
         options.write_text(json.dumps({
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
-            "options": {"podPlayStageParallelism": KWOK_PARALLELISM,
-                        "nodePlayStageParallelism": KWOK_PARALLELISM,
-                        "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 1,
+            "options": {"podPlayStageParallelism": 4, "nodePlayStageParallelism": 4,
+                        "nodeLeaseParallelism": KWOK_LEASE_PARALLELISM,
+                        "podsOnNodeSyncParallelism": 1,
                         "enablePodsOnNodeSyncListPager": True,
                         "enablePodsOnNodeSyncStreamWatch": False,
                         "enableDebuggingHandlers": True, "enableProfilingHandler": True}}))
