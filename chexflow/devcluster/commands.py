@@ -48,6 +48,10 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
                     help="also Katib v0.19.0 (controller, webhooks, db-manager, MySQL, goptuna "
                          "suggestions) on the real node, with kube-proxy for its Services; "
                          "implies --real-node; one such cluster per machine")
+    up.add_argument("--kueue", action="store_true",
+                    help="also Kueue (built from its Go module on first use: about 10 min) with "
+                         "ResourceFlavor kwok-gpu and ClusterQueue chexflow holding the kwok "
+                         "nodes' GPUs, CPU and memory; add a LocalQueue per namespace")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument("--foreground", action="store_true",
                     help="stay attached; Ctrl-C stops the cluster")
@@ -84,12 +88,13 @@ def cmd_up(args: argparse.Namespace) -> int:
                            f"`chexflow cluster down --dir {args.dir}` first")
     start = time.monotonic()
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                           real_node=args.real_node, katib=args.katib)
+                           real_node=args.real_node, katib=args.katib, kueue=args.kueue)
     cluster.start(timeout=args.timeout)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
           f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
           + (f", real node {realnode.NODE_NAME}" if cluster.real_node else "")
-          + (", Katib in namespace kubeflow" if args.katib else ""), file=sys.stderr)
+          + (", Katib in namespace kubeflow" if args.katib else "")
+          + (", Kueue (ClusterQueue chexflow)" if args.kueue else ""), file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     if not args.foreground:

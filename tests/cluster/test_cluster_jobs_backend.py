@@ -152,7 +152,7 @@ def test_apiserver_accepts_every_cluster_field_of_a_rendered_mpijob(k8s_api, k8s
     options = ClusterOptions(
         node_selector={"pool": "gpu"}, tolerations=[parse_toleration("dedicated=ml:NoSchedule")],
         priority_class="high", image_pull_secrets=["regcred"], gang_scheduling=True,
-        queue="research")
+        volcano_queue="research")
     spec = JobSpec(name="dry", command=TRAIN, horovod=True, workers=2, gpus_per_worker=8,
                    slots_per_worker=8)
     obj = render_mpijob(spec, namespace=k8s_namespace, options=options)
