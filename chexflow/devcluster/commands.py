@@ -68,6 +68,7 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build (or locate) the binaries; prints their folder")
     build.add_argument("--real-node", action="store_true",
                        help="also the real node's (kubelet, CoreDNS, pause)")
+    build.add_argument("--kueue", action="store_true", help="also Kueue's manager")
     build.set_defaults(func=cmd_cluster_build)
 
 
@@ -139,6 +140,10 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
     print(ensure_binaries())
     if args.real_node:
         print(ensure_node_binaries())
+    if args.kueue:
+        from chexflow.devcluster import kueue
+
+        print(kueue.ensure_binaries())
     return 0
 
 
