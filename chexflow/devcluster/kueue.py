@@ -37,6 +37,9 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FLAVOR = "kwok-gpu"
 CLUSTER_QUEUE = "chexflow"
 MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
+# the CRDs Kueue converts between v1beta1 and v1beta2 itself (config/components/crd's
+# kustomization patches them with its /convert webhook); the others' versions are alike
+CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
 # node resources the ClusterQueue's quota covers (nodes.gpu_node's per node)
 NODE_CPU, NODE_MEMORY_GI = 96, 1024
 
@@ -138,11 +141,11 @@ def webhook_configurations(bin_dir: Path, port: int, ca_bundle: str) -> list[dic
 
 
 def crd_docs(bin_dir: Path, port: int, ca_bundle: str) -> list[dict]:
-    """Kueue's CRDs; those served in more than one version convert through Kueue's /convert."""
+    """Kueue's CRDs, those of CONVERTED through Kueue's /convert."""
     docs = []
     for path in sorted((bin_dir / "crds").glob("*.yaml")):
         doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        if len(doc["spec"]["versions"]) > 1:
+        if doc["spec"]["names"]["plural"] in CONVERTED:
             doc["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
                 "clientConfig": {"url": _url(port, "/convert"), "caBundle": ca_bundle},
                 "conversionReviewVersions": ["v1"]}}
