@@ -34,7 +34,8 @@ def kueue_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
                            die_with_parent=True, kueue=True)
     start = time.monotonic()
     cluster.start(timeout=240)
-    print(f"cluster with Kueue up in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    print(f"cluster with Kueue up in {time.monotonic() - start:.1f} s; kueue resident "
+          f"{cluster.memory('kueue')['VmRSS']:.0f} MiB", file=sys.stderr)
     try:
         yield cluster
     finally:
