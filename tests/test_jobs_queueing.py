@@ -42,6 +42,9 @@ def test_a_pending_workload_reports_its_position_and_kueues_reason():
     assert queue_state("a", items).admitted
     assert queue_state("a", items).line == "admitted by ClusterQueue chexflow (Workload mpijob-a)"
     assert queue_state("zz", items) is None  # Kueue has not made its Workload yet
+    done = [{"type": "QuotaReserved", "status": "False", "reason": "Finished"},
+            {"type": "Finished", "status": "True", "reason": "Succeeded"}]
+    assert queue_state("f", [workload("f", "2026-11-26T00:00:00Z", done)]).admitted
 
 
 def test_a_job_larger_than_the_quota_or_a_missing_queue_can_never_be_admitted():

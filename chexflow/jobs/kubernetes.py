@@ -276,7 +276,7 @@ class KubernetesBackend:
                ) -> tuple[bool, str | None]:
         """Whether the job waits suspended in its Kueue queue, and the queue line last reported
         (a new one is logged once); QueueError when Kueue says it can never be admitted."""
-        if not self.options.queue:
+        if not self.options.queue or (last or "").startswith("admitted"):
             return False, last
         spec = current.get("spec") or {}
         suspended = (spec.get("runPolicy") or {}).get("suspend") if kind == "MPIJob" \

@@ -97,6 +97,8 @@ def queue_state(job_uid: str, items: list[dict[str, Any]]) -> QueueState | None:
     if conds.get("Admitted", {}).get("status") == "True":
         return QueueState(True, f"admitted by ClusterQueue {admission.get('clusterQueue', '?')}"
                                 f" (Workload {wl['metadata']['name']})")
+    if conds.get("Finished", {}).get("status") == "True":  # admitted and ended between polls
+        return QueueState(True, f"admitted and finished (Workload {wl['metadata']['name']})")
     reserved = conds.get("QuotaReserved", {})
     why = one_line(reserved.get("message", "")) or "waiting for Kueue"
     pending = sorted((w for w in items if w["spec"].get("queueName") == queue and _pending(w)),

@@ -94,7 +94,7 @@ def test_queued_mpijob_waits_suspended_then_runs_when_the_earlier_job_ends(
 
     running = wait_for("the first job's launcher Running", lambda: launcher("first"))
     # the first job holds all 16 GPUs of the ClusterQueue: the second one (8) must wait
-    second = submit(kueue_cluster, ns, "second", 1, tmp_path / "second.log")
+    second = submit(kueue_cluster, ns, "second", 1, tmp_path / "second.log", hold=True)
     queued = "queued in LocalQueue team-a, position 1 of 1: couldn't assign flavors"
     wait_for("the second job reported as queued",
              lambda: queued in (tmp_path / "second.log").read_text())
@@ -107,9 +107,18 @@ def test_queued_mpijob_waits_suspended_then_runs_when_the_earlier_job_ends(
     assert second.poll() is None  # still waiting, not failed
 
     # the first job's launcher ends (kwok stage pod-complete-on-request): its quota is freed
-    core.patch_namespaced_pod(running.metadata.name, ns,
-                              {"metadata": {"annotations": {"chexflow.io/kwok-complete": "true"}}})
+    complete = {"metadata": {"annotations": {"chexflow.io/kwok-complete": "true"}}}
+    core.patch_namespaced_pod(running.metadata.name, ns, complete)
     assert first.wait(timeout=90) == 0, (tmp_path / "first.log").read_text()
+    # Kueue admits the second job, which now runs on the freed GPUs
+    running = wait_for("the second job's launcher Running", lambda: launcher("second"))
+    workers = core.list_namespaced_pod(
+        ns, label_selector="training.kubeflow.org/job-name=second,"
+                           "training.kubeflow.org/job-role=worker").items
+    assert [p.spec.node_name.startswith("kwok-gpu-") for p in workers] == [True]
+    wait_for("the second job reported as admitted",
+             lambda: "admitted by ClusterQueue chexflow" in (tmp_path / "second.log").read_text())
+    core.patch_namespaced_pod(running.metadata.name, ns, complete)
     assert second.wait(timeout=90) == 0, (tmp_path / "second.log").read_text()
     log = (tmp_path / "second.log").read_text()
     assert log.count(queued) == 1  # reported once per change, not at every poll
