@@ -199,7 +199,11 @@ def test_cluster_options_reach_every_pod_and_gpu_pods_tolerate_the_gpu_taint():
 def test_gang_scheduling_sets_run_policy_scheduling_policy():
     plain = render_mpijob(spec(workers=4), options=ClusterOptions(gang_scheduling=True))
     validate_mpijob(plain, CRD)
-    assert plain["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 5}
+    # the launcher comes once the workers are ready (WaitForWorkersReady): the gang is the workers
+    assert plain["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 4}
+    at_startup = render_mpijob(spec(workers=4), options=ClusterOptions(gang_scheduling=True),
+                               launcher_creation_policy="AtStartup")
+    assert at_startup["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 5}
     options = ClusterOptions(gang_scheduling=True, volcano_queue="research", min_available=3,
                              priority_class="training-high")
     obj = render_mpijob(spec(workers=4), options=options)
@@ -246,7 +250,7 @@ def test_cli_flags_appear_where_mpi_operator_reads_them():
     obj = yaml.safe_load(proc.stdout)
     run_policy = obj["spec"]["runPolicy"]
     assert run_policy["backoffLimit"] == 4
-    assert run_policy["schedulingPolicy"] == {"minAvailable": 3, "queue": "research",
+    assert run_policy["schedulingPolicy"] == {"minAvailable": 2, "queue": "research",
                                               "priorityClass": "high"}
     assert obj["metadata"]["labels"][QUEUE_LABEL] == "team-a"
     assert obj["spec"]["slotsPerWorker"] == 8

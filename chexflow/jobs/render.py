@@ -138,10 +138,15 @@ def _pod_template(
     return {"metadata": {"labels": labels, "annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
 
 
-def scheduling_policy(spec: JobSpec, options: ClusterOptions) -> dict[str, Any]:
+def scheduling_policy(spec: JobSpec, options: ClusterOptions,
+                      launcher_creation_policy: str = "WaitForWorkersReady") -> dict[str, Any]:
     """runPolicy.schedulingPolicy for gang scheduling (Volcano or scheduler-plugins, as the
-    operator is configured): all pods (workers + launcher) start together unless minAvailable."""
-    policy: dict[str, Any] = {"minAvailable": options.min_available or spec.workers + 1}
+    operator is configured): the pods that exist together start together unless minAvailable.
+    With WaitForWorkersReady mpi-operator creates the launcher only once the workers are ready,
+    so the gang is the workers: counting the launcher in it (mpi-operator's default, workers + 1)
+    would hold the workers for a pod that never comes."""
+    launcher = 1 if launcher_creation_policy == "AtStartup" else 0
+    policy: dict[str, Any] = {"minAvailable": options.min_available or spec.workers + launcher}
     if options.volcano_queue:
         policy["queue"] = options.volcano_queue
     if options.priority_class:
@@ -185,7 +190,8 @@ def render_mpijob(
         else spec.backoff_limit,
     }
     if options.gang_scheduling:
-        run_policy["schedulingPolicy"] = scheduling_policy(spec, options)
+        run_policy["schedulingPolicy"] = scheduling_policy(spec, options,
+                                                           launcher_creation_policy)
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": "MPIJob",

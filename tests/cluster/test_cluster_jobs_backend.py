@@ -167,6 +167,6 @@ def test_apiserver_accepts_every_cluster_field_of_a_rendered_mpijob(k8s_api, k8s
         assert got["spec"]["containers"][0]["securityContext"] == {
             "runAsUser": 1000, "runAsNonRoot": True}
     assert back["spec"]["runPolicy"]["schedulingPolicy"] == {
-        "minAvailable": 3, "queue": "research", "priorityClass": "high"}
+        "minAvailable": 2, "queue": "research", "priorityClass": "high"}
     assert back["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "OnFailure"
     assert back["spec"]["slotsPerWorker"] == 8
