@@ -52,6 +52,10 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
                     help="also Kueue (built from its Go module on first use: about 10 min) with "
                          "ResourceFlavor kwok-gpu and ClusterQueue chexflow holding the kwok "
                          "nodes' GPUs, CPU and memory; add a LocalQueue per namespace")
+    up.add_argument("--coscheduling", action="store_true",
+                    help="also scheduler-plugins' Coscheduling scheduler (built from its Go "
+                         "module on first use), and mpi-operator gang-schedules every MPIJob "
+                         "with it (PodGroups)")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument("--foreground", action="store_true",
                     help="stay attached; Ctrl-C stops the cluster")
@@ -69,6 +73,8 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--real-node", action="store_true",
                        help="also the real node's (kubelet, CoreDNS, pause)")
     build.add_argument("--kueue", action="store_true", help="also Kueue's manager")
+    build.add_argument("--coscheduling", action="store_true",
+                       help="also scheduler-plugins' Coscheduling scheduler")
     build.set_defaults(func=cmd_cluster_build)
 
 
@@ -89,13 +95,15 @@ def cmd_up(args: argparse.Namespace) -> int:
                            f"`chexflow cluster down --dir {args.dir}` first")
     start = time.monotonic()
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                           real_node=args.real_node, katib=args.katib, kueue=args.kueue)
+                           real_node=args.real_node, katib=args.katib, kueue=args.kueue,
+                           coscheduling=args.coscheduling)
     cluster.start(timeout=args.timeout)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
           f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
           + (f", real node {realnode.NODE_NAME}" if cluster.real_node else "")
           + (", Katib in namespace kubeflow" if args.katib else "")
-          + (", Kueue (ClusterQueue chexflow)" if args.kueue else ""), file=sys.stderr)
+          + (", Kueue (ClusterQueue chexflow)" if args.kueue else "")
+          + (", Coscheduling scheduler" if args.coscheduling else ""), file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     if not args.foreground:
@@ -144,6 +152,10 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
         from chexflow.devcluster import kueue
 
         print(kueue.ensure_binaries())
+    if args.coscheduling:
+        from chexflow.devcluster import coscheduling
+
+        print(coscheduling.ensure_binaries())
     return 0
 
 
