@@ -51,8 +51,8 @@ from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-               "coscheduling-scheduler", "mpi-operator", "kueue", "containerd", "kubelet",
-               "coredns", "kube-proxy")
+               "coscheduling-scheduler", "podgroup-controller", "mpi-operator", "kueue",
+               "containerd", "kubelet", "coredns", "kube-proxy")
 # RFC 2544 benchmarking addresses, never a private range: services here, pods in 198.18.0.0/16
 # (kwok nodes' pods in the upper half, the real node's in a /24 of the lower half).
 SERVICE_CIDR = "198.19.0.0/16"
@@ -158,7 +158,8 @@ class LocalCluster:
                                                "coredns_health", "coredns_ready",
                                                "kube_proxy_healthz", "kube_proxy_metrics",
                                                "kueue_health", "kueue_metrics",
-                                               "kueue_webhook", "coscheduling")}
+                                               "kueue_webhook", "coscheduling",
+                                               "podgroup_metrics", "podgroup_health")}
         self.processes = {}
         try:
             if self.katib:  # before anything starts: refused at once when another cluster has it
@@ -194,6 +195,8 @@ class LocalCluster:
                             coscheduling.args(config, self.kubeconfig,
                                               self.ports["coscheduling"]),
                             exe=cosched_bin / coscheduling.EXE)
+                self._spawn("podgroup-controller", coscheduling.controller_args(self.ports),
+                            exe=cosched_bin / coscheduling.CONTROLLER)
             self._spawn("mpi-operator", self._mpi_operator_args(),
                         env={"MPI_OPERATOR_HEALTH_ADDR": f"127.0.0.1:{self.ports['mpi_health']}"})
             names = nodes.create_gpu_nodes(api, self.nodes, self.gpus_per_node)

@@ -4,7 +4,10 @@ cached by content), with the PodGroup CRD (scheduling.x-k8s.io/v1alpha1) of the 
 
 mpi-operator then runs with `--gang-scheduling=SCHEDULER_NAME`: it makes a PodGroup per MPIJob
 (minMember from runPolicy.schedulingPolicy.minAvailable) and gives the job's pods that
-scheduler, which holds them at its Permit stage until the whole group can be placed.
+scheduler, which holds them at its Permit stage until the whole group can be placed. The
+PodGroup controller (scheduler-plugins' cmd/controller) keeps PodGroup status up to date: a gang
+that did not fit is retried when another PodGroup changes (the one event Coscheduling asks the
+scheduler's queue for besides new pods), e.g. when an earlier job's group finishes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ BUILD_SCRIPT = BUILD_DIR / "build.sh"
 BUILD_INPUTS = ("go.mod", "go.sum", "build.sh")
 SCHEDULER_NAME = "scheduler-plugins-scheduler"
 EXE = "coscheduling-scheduler"
+CONTROLLER = "podgroup-controller"
+CRD_FILES = ("podgroup-crd.yaml", "elasticquota-crd.yaml")
 # how long a pod of an incomplete gang waits at Permit before it is sent back to the queue
 PERMIT_WAITING_SECONDS = 10
 
@@ -49,7 +54,8 @@ def cache_dir() -> Path:
 def ensure_binaries() -> Path:
     """The folder with the scheduler and the PodGroup CRD; builds them when missing."""
     bin_dir = cache_dir()
-    if os.access(bin_dir / EXE, os.X_OK) and (bin_dir / "podgroup-crd.yaml").is_file():
+    if all(os.access(bin_dir / exe, os.X_OK) for exe in (EXE, CONTROLLER)) and all(
+            (bin_dir / f).is_file() for f in CRD_FILES):
         return bin_dir
     print(f"building scheduler-plugins {version()} into {bin_dir} (cold: about 15 min)...",
           file=sys.stderr, flush=True)
@@ -62,7 +68,8 @@ def ensure_binaries() -> Path:
 
 
 def crd_docs(bin_dir: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all((bin_dir / "podgroup-crd.yaml").read_text())
+    """PodGroup and ElasticQuota (scheduling.x-k8s.io/v1alpha1): the controller watches both."""
+    return [d for f in CRD_FILES for d in yaml.safe_load_all((bin_dir / f).read_text())
             if d and d.get("kind") == "CustomResourceDefinition"]
 
 
@@ -82,6 +89,14 @@ def scheduler_config(kubeconfig: Path) -> dict:
                               "args": {"permitWaitingTimeSeconds": PERMIT_WAITING_SECONDS}}],
         }],
     }
+
+
+def controller_args(ports: dict[str, int]) -> list[str]:
+    """The PodGroup controller: PodGroup status (Scheduled, Running, Finished) follows its pods;
+    that update is the event on which the scheduler retries a waiting gang."""
+    return [f"--metricsAddr=127.0.0.1:{ports['podgroup_metrics']}",
+            f"--probeAddr=127.0.0.1:{ports['podgroup_health']}", "--qps=100", "--burst=200",
+            "--workers=2"]
 
 
 def args(config: Path, kubeconfig: Path, port: int) -> list[str]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds scheduler-plugins' scheduler (kube-scheduler with the Coscheduling plugin,
 # sigs.k8s.io/scheduler-plugins/cmd/scheduler) from its Go module (go.mod beside this script),
-# static (CGO_ENABLED=0), and copies the PodGroup CRD (manifests/coscheduling/crd.yaml) beside it.
+# and its PodGroup controller (cmd/controller), static (CGO_ENABLED=0), and copies the PodGroup CRD (manifests/coscheduling/crd.yaml) beside it.
 #   chexflow/devcluster/build/coscheduling/build.sh [DEST]
 # DEST defaults to $CHEXFLOW_K8S_CACHE/coscheduling-<key> (~/.cache/chexflow/k8s/...), where <key>
 # is the scheduler-plugins release plus a hash of go.mod, go.sum and this script
@@ -28,11 +28,20 @@ echo ">> go build sigs.k8s.io/scheduler-plugins/cmd/scheduler -> coscheduling-sc
 nice -n 10 go build -ldflags "-s -w" -o "$tmp/coscheduling-scheduler" \
   sigs.k8s.io/scheduler-plugins/cmd/scheduler
 echo "   coscheduling-scheduler built in $((SECONDS - start)) s"
+# its PodGroup controller: PodGroup status follows the pods, and that update is the event on
+# which the scheduler retries a waiting gang (Coscheduling registers no other)
+start=$SECONDS
+echo ">> go build sigs.k8s.io/scheduler-plugins/cmd/controller -> podgroup-controller"
+nice -n 10 go build -ldflags "-s -w" -o "$tmp/podgroup-controller" \
+  sigs.k8s.io/scheduler-plugins/cmd/controller
+echo "   podgroup-controller built in $((SECONDS - start)) s"
 
 go mod download sigs.k8s.io/scheduler-plugins
 src="$(go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins)"
 cp "$src/manifests/coscheduling/crd.yaml" "$tmp/podgroup-crd.yaml"
-(cd "$tmp" && sha256sum coscheduling-scheduler podgroup-crd.yaml > SHA256SUMS)
+# the controller also reconciles ElasticQuotas (capacity scheduling): its informer needs the CRD
+cp "$src/manifests/capacityscheduling/crd.yaml" "$tmp/elasticquota-crd.yaml"
+(cd "$tmp" && sha256sum coscheduling-scheduler podgroup-controller podgroup-crd.yaml elasticquota-crd.yaml > SHA256SUMS)
 { go version; go list -m -f '{{.Path}} {{.Version}}' sigs.k8s.io/scheduler-plugins \
   k8s.io/kubernetes k8s.io/client-go; } > "$tmp/VERSIONS"
 rm -rf "$dest"

@@ -5,5 +5,6 @@
 package tools
 
 import (
+	_ "sigs.k8s.io/scheduler-plugins/cmd/controller"
 	_ "sigs.k8s.io/scheduler-plugins/cmd/scheduler"
 )
