@@ -89,11 +89,21 @@ def test_two_gangs_larger_than_the_cluster_one_runs_whole_the_other_waits_whole(
         assert len(placed_workers(core, ns, first)) == 3
         time.sleep(1)
 
-    # the first job ends: the second is placed whole
+    # the first job ends and its workers go. Coscheduling has the scheduler retry a waiting gang
+    # only on a new pod or a PodGroup change (or the 5-minute flush of unschedulable pods), not
+    # when pods are deleted: the PodGroup controller's status update can come before the
+    # workers are gone. A change of the waiting PodGroup (an annotation) has it retried now.
     launcher = wait_running_launcher(core, ns, first)
     core.patch_namespaced_pod(launcher, ns, {"metadata": {"annotations": {
         "chexflow.io/kwok-complete": "true"}}})
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 60
+    while placed_workers(core, ns, first) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert placed_workers(core, ns, first) == []
+    custom.patch_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups", second,
+        {"metadata": {"annotations": {"chexflow.io/retry": str(time.time())}}})
+    deadline = time.monotonic() + 60
     while len(placed_workers(core, ns, second)) < 3 and time.monotonic() < deadline:
         time.sleep(1)
     assert len(placed_workers(core, ns, second)) == 3
