@@ -9,7 +9,7 @@ import yaml
 
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs import JobSpec, JobSpecError, Volume
-from chexflow.jobs.render import render_batch_job, render_mpijob
+from chexflow.jobs.render import QUEUE_LABEL, render_batch_job, render_mpijob
 from chexflow.jobs.schema import SchemaError, validate_mpijob
 from chexflow.jobs.spec import ClusterOptions
 from chexflow.reference import reference_dir
@@ -199,15 +199,41 @@ def test_cluster_options_reach_every_pod_and_gpu_pods_tolerate_the_gpu_taint():
 def test_gang_scheduling_sets_run_policy_scheduling_policy():
     plain = render_mpijob(spec(workers=4), options=ClusterOptions(gang_scheduling=True))
     validate_mpijob(plain, CRD)
-    assert plain["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 5}
-    options = ClusterOptions(gang_scheduling=True, queue="research", min_available=3,
+    # the launcher comes once the workers are ready (WaitForWorkersReady): the gang is the workers
+    assert plain["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 4}
+    at_startup = render_mpijob(spec(workers=4), options=ClusterOptions(gang_scheduling=True),
+                               launcher_creation_policy="AtStartup")
+    assert at_startup["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 5}
+    options = ClusterOptions(gang_scheduling=True, volcano_queue="research", min_available=3,
                              priority_class="training-high")
     obj = render_mpijob(spec(workers=4), options=options)
     validate_mpijob(obj, CRD)
     assert obj["spec"]["runPolicy"]["schedulingPolicy"] == {
         "minAvailable": 3, "queue": "research", "priorityClass": "training-high"}
+    assert QUEUE_LABEL not in obj["metadata"]["labels"]
     with pytest.raises(JobSpecError, match="set gang_scheduling too"):
-        ClusterOptions(queue="research")
+        ClusterOptions(volcano_queue="research")
+
+
+def test_queue_labels_the_job_for_kueue_without_gang_scheduling():
+    """--queue is Kueue's LocalQueue: the label on the MPIJob (and batch Job), nothing in
+    schedulingPolicy, no suspend of chexflow's own (Kueue's webhook sets it)."""
+    options = ClusterOptions(queue="team-a")
+    obj = render_mpijob(spec(workers=2), options=options)
+    validate_mpijob(obj, CRD)
+    assert obj["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    assert "schedulingPolicy" not in obj["spec"]["runPolicy"]
+    assert "suspend" not in obj["spec"]["runPolicy"]
+    for role in ("launcher", "worker"):
+        assert QUEUE_LABEL not in pods(obj)[role]["metadata"]["labels"]
+    job = render_batch_job(spec(workers=1, horovod=False), options=options)
+    assert job["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    both = render_mpijob(spec(workers=2), options=ClusterOptions(
+        queue="team-a", gang_scheduling=True, volcano_queue="research"))
+    assert both["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    assert both["spec"]["runPolicy"]["schedulingPolicy"]["queue"] == "research"
+    with pytest.raises(JobSpecError, match="queue 'Team A': a LocalQueue name"):
+        ClusterOptions(queue="Team A")
 
 
 def test_cli_flags_appear_where_mpi_operator_reads_them():
@@ -217,14 +243,16 @@ def test_cli_flags_appear_where_mpi_operator_reads_them():
         "--node-selector", "nvidia.com/gpu.product=A100", "--node-selector", "pool=train",
         "--toleration", "dedicated=ml:NoSchedule", "--toleration", "spot:NoExecute",
         "--priority-class", "high", "--image-pull-secret", "regcred", "--gang-scheduling",
-        "--queue", "research", "--backoff-limit", 4, "--run-as-user", 1001,
+        "--volcano-queue", "research", "--queue", "team-a", "--backoff-limit", 4,
+        "--run-as-user", 1001,
         "--validate", CRD, "--", "chexflow", "train",
     )
     obj = yaml.safe_load(proc.stdout)
     run_policy = obj["spec"]["runPolicy"]
     assert run_policy["backoffLimit"] == 4
-    assert run_policy["schedulingPolicy"] == {"minAvailable": 3, "queue": "research",
+    assert run_policy["schedulingPolicy"] == {"minAvailable": 2, "queue": "research",
                                               "priorityClass": "high"}
+    assert obj["metadata"]["labels"][QUEUE_LABEL] == "team-a"
     assert obj["spec"]["slotsPerWorker"] == 8
     worker = pods(obj)["worker"]["spec"]
     assert worker["nodeSelector"] == {"nvidia.com/gpu.product": "A100", "pool": "train"}

@@ -153,7 +153,7 @@ def test_the_target_component_hands_cluster_settings_to_the_rendered_mpijob():
     assert worker["nodeSelector"] == {"pool": "a100"} and worker["tolerations"] == [toleration]
     assert worker["priorityClassName"] == "high"
     assert worker["imagePullSecrets"] == [{"name": "regcred"}]
-    assert obj["spec"]["runPolicy"]["schedulingPolicy"]["queue"] == "research"
+    assert obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "research"
     assert obj["spec"]["slotsPerWorker"] == 2
     with pytest.raises(ChexflowError, match="toleration 0 .*effect must be one of"):
         target_op.python_func(**{**made_args(), "tolerations": [{"key": "x", "effect": "Never"}]})

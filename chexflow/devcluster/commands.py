@@ -57,6 +57,14 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
                     help="also Kubeflow Trainer v2 (TrainJob) and JobSet, built from their Go "
                          "modules on first use (minutes); an option because the MPIJob path "
                          "needs neither")
+    up.add_argument("--kueue", action="store_true",
+                    help="also Kueue (built from its Go module on first use: about 10 min) with "
+                         "ResourceFlavor kwok-gpu and ClusterQueue chexflow holding the kwok "
+                         "nodes' GPUs, CPU and memory; add a LocalQueue per namespace")
+    up.add_argument("--coscheduling", action="store_true",
+                    help="also scheduler-plugins' Coscheduling scheduler (built from its Go "
+                         "module on first use), and mpi-operator gang-schedules every MPIJob "
+                         "with it (PodGroups)")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument("--foreground", action="store_true",
                     help="stay attached; Ctrl-C stops the cluster")
@@ -75,6 +83,9 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
                        help="also the real node's (kubelet, CoreDNS, pause)")
     build.add_argument("--trainer", action="store_true",
                        help="also Trainer's controller manager and JobSet's controller")
+    build.add_argument("--kueue", action="store_true", help="also Kueue's manager")
+    build.add_argument("--coscheduling", action="store_true",
+                       help="also scheduler-plugins' Coscheduling scheduler")
     build.set_defaults(func=cmd_cluster_build)
 
 
@@ -96,14 +107,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     start = time.monotonic()
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                            real_node=args.real_node, katib=args.katib,
-                           real_nodes=args.real_nodes, trainer=args.trainer)
+                           real_nodes=args.real_nodes, trainer=args.trainer, kueue=args.kueue,
+                           coscheduling=args.coscheduling)
     cluster.start(timeout=args.timeout)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
           f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
           + (f", real node(s) {', '.join(n.name for n in realnode.all_nodes(cluster.state_dir))}"
              if cluster.real_node else "")
           + (", Katib in namespace kubeflow" if args.katib else "")
-          + (", Kubeflow Trainer v2 and JobSet" if args.trainer else ""), file=sys.stderr)
+          + (", Kubeflow Trainer v2 and JobSet" if args.trainer else "")
+          + (", Kueue (ClusterQueue chexflow)" if args.kueue else "")
+          + (", Coscheduling scheduler" if args.coscheduling else ""), file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     if not args.foreground:
@@ -152,6 +166,14 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
         from chexflow.devcluster import trainer
 
         print(trainer.ensure_binaries())
+    if args.kueue:
+        from chexflow.devcluster import kueue
+
+        print(kueue.ensure_binaries())
+    if args.coscheduling:
+        from chexflow.devcluster import coscheduling
+
+        print(coscheduling.ensure_binaries())
     return 0
 
 

@@ -2,7 +2,9 @@
 kube-scheduler, kwok (simulated GPU nodes) and mpi-operator, each a local process; with
 `real_node=True` also a real node (containerd, kubelet, CoreDNS: realnode.py) that runs pods,
 and with `katib=True` kube-proxy on it (ClusterIP Services: kubeproxy.py) and Katib v0.19.0
-(katib.py).
+(katib.py); with `kueue=True` Kueue's manager (kueue.py: MPIJob integration, a ClusterQueue over
+the kwok nodes' GPUs); with `coscheduling=True` scheduler-plugins' Coscheduling scheduler beside
+the default one, and mpi-operator making a PodGroup per MPIJob (coscheduling.py).
 
 With a real node the apiserver listens on and advertises the node's address (198.18.K.1, on
 the node's bridge) instead of 127.0.0.1: host clients reach it there, and pods reach it through
@@ -32,14 +34,25 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from chexflow.devcluster import binaries, certs, crds, katib, kubeproxy, nodes, realnode
+from chexflow.devcluster import (
+    binaries,
+    certs,
+    coscheduling,
+    crds,
+    katib,
+    kubeproxy,
+    kueue,
+    nodes,
+    realnode,
+)
 from chexflow.errors import ChexflowError
 from chexflow.kube import client_from_kubeconfig
 from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-               "mpi-operator", "containerd", "kubelet", "coredns", "kube-proxy")
+               "coscheduling-scheduler", "podgroup-controller", "mpi-operator", "kueue",
+               "containerd", "kubelet", "coredns", "kube-proxy")
 # RFC 2544 benchmarking addresses, never a private range: services here, pods in 198.18.0.0/16
 # (kwok nodes' pods in the upper half, the real node's in a /24 of the lower half).
 SERVICE_CIDR = "198.19.0.0/16"
@@ -103,6 +116,11 @@ class LocalCluster:
     # the node lifecycle controller's grace before a silent node is NotReady (0: Kubernetes'
     # default); simulations of 1,000s of kwok nodes on a few cores set it longer
     node_monitor_grace_s: int = 0
+    # Kueue's manager with its webhooks, ResourceFlavor kwok-gpu and ClusterQueue chexflow
+    # (built from its Go module on first use)
+    kueue: bool = False
+    # scheduler-plugins' Coscheduling scheduler; mpi-operator gangs every MPIJob's pods with it
+    coscheduling: bool = False
     # the address the apiserver listens on: the real node's when there is one
     host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=dict)
@@ -134,7 +152,7 @@ class LocalCluster:
             raise DevClusterError(f"a cluster is already running from {self.state_dir}: "
                                f"run `chexflow cluster down --dir {self.state_dir}` first")
         self.bin_dir = Path(self.bin_dir or binaries.ensure_binaries())
-        node_bin = katib_images = None
+        node_bin = katib_images = kueue_bin = cosched_bin = None
         if self.real_node:
             realnode.check_requirements()
             node_bin = binaries.ensure_node_binaries()
@@ -146,12 +164,19 @@ class LocalCluster:
                                                "controller_manager", "scheduler", "kwok",
                                                "mpi_health", "kubelet", "kubelet_healthz",
                                                "coredns_health", "coredns_ready",
-                                               "kube_proxy_healthz", "kube_proxy_metrics")}
+                                               "kube_proxy_healthz", "kube_proxy_metrics",
+                                               "kueue_health", "kueue_metrics",
+                                               "kueue_webhook", "coscheduling",
+                                               "podgroup_metrics", "podgroup_health")}
         self.processes = {}
         try:
             if self.katib:  # before anything starts: refused at once when another cluster has it
                 kubeproxy.claim(self.state_dir, node_bin / "kube-proxy")
                 katib_images = katib.build_images()  # cached; not counted in `timeout`
+            if self.kueue:
+                kueue_bin = kueue.ensure_binaries()  # cached; not counted in `timeout`
+            if self.coscheduling:
+                cosched_bin = coscheduling.ensure_binaries()  # cached; not counted either
             deadline = time.monotonic() + timeout
             self.host = self._prepare_real_node()["node_ip"] if node_bin else "127.0.0.1"
             pki = certs.make_pki(self.state_dir, server_ips=(self.host,) if node_bin else ())
@@ -164,10 +189,22 @@ class LocalCluster:
             self._wait_apiserver(deadline)
             api = self.api_client()
             crds.install_crds(api, timeout=max(5.0, deadline - time.monotonic()))
+            if cosched_bin:  # before mpi-operator, which looks for the PodGroup API
+                crds.install_crd_docs(api, coscheduling.crd_docs(cosched_bin),
+                                      timeout=max(5.0, deadline - time.monotonic()))
             self._ensure_namespace(api, MPI_OPERATOR_NAMESPACE)
             self._spawn("kube-controller-manager", self._controller_manager_args(pki))
             self._spawn("kube-scheduler", self._scheduler_args())
             self._spawn("kwok", self._kwok_args(pki))
+            if cosched_bin:
+                config = self.state_dir / "coscheduling-config.yaml"
+                config.write_text(json.dumps(coscheduling.scheduler_config(self.kubeconfig)))
+                self._spawn("coscheduling-scheduler",
+                            coscheduling.args(config, self.kubeconfig,
+                                              self.ports["coscheduling"]),
+                            exe=cosched_bin / coscheduling.EXE)
+                self._spawn("podgroup-controller", coscheduling.controller_args(self.ports),
+                            exe=cosched_bin / coscheduling.CONTROLLER)
             self._spawn("mpi-operator", self._mpi_operator_args(),
                         env={"MPI_OPERATOR_HEALTH_ADDR": f"127.0.0.1:{self.ports['mpi_health']}"})
             names = nodes.create_gpu_nodes(api, self.nodes, self.gpus_per_node)
@@ -175,6 +212,8 @@ class LocalCluster:
             self._wait_default_service_account(api, deadline)
             self._wait_http(f"http://127.0.0.1:{self.ports['mpi_health']}/healthz",
                             "mpi-operator", deadline)
+            if kueue_bin:
+                self._start_kueue(kueue_bin, pki, deadline)
             if node_bin:
                 if self.die_with_parent:
                     self._start_reaper()
@@ -243,8 +282,9 @@ class LocalCluster:
         state = {"server": self.server, "kubeconfig": str(self.kubeconfig),
                  "bin_dir": str(self.bin_dir), "nodes": self.nodes,
                  "gpus_per_node": self.gpus_per_node, "real_node": self.real_node,
-                 "real_nodes": self.real_nodes, "trainer": self.trainer,
-                 "katib": self.katib, "host": self.host, "ports": self.ports,
+                 "real_nodes": self.real_nodes, "trainer": self.trainer, "katib": self.katib,
+                 "kueue": self.kueue, "coscheduling": self.coscheduling, "host": self.host,
+                 "ports": self.ports,
                  "processes": self.processes}
         (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
 
@@ -260,6 +300,8 @@ class LocalCluster:
                    gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
                    real_node=state.get("real_node", False), katib=state.get("katib", False),
                    real_nodes=state.get("real_nodes", 1), trainer=state.get("trainer", False),
+                   kueue=state.get("kueue", False),
+                   coscheduling=state.get("coscheduling", False),
                    host=state.get("host", "127.0.0.1"), ports=state["ports"],
                    processes=state["processes"])
 
@@ -389,7 +431,25 @@ class LocalCluster:
         # bench/cluster_scale.py; the API client limits are raised to match.
         return [f"--kubeConfig={self.kubeconfig}", f"--lock-namespace={MPI_OPERATOR_NAMESPACE}",
                 "--threadiness=4", "--kube-api-qps=200", "--kube-api-burst=400",
-                "--controller-queue-rate-limit=100", "--controller-queue-burst=1000"]
+                "--controller-queue-rate-limit=100", "--controller-queue-burst=1000",
+                *([f"--gang-scheduling={coscheduling.SCHEDULER_NAME}"]
+                  if self.coscheduling else [])]
+
+    def _start_kueue(self, bin_dir: Path, pki: certs.PKI, deadline: float) -> None:
+        """Kueue's CRDs and webhooks, its manager, then the ResourceFlavor and ClusterQueue."""
+        api = self.api_client()
+        port = self.ports["kueue_webhook"]
+        kueue.install(api, bin_dir, port, pki, timeout=max(5.0, deadline - time.monotonic()))
+        self._ensure_namespace(api, kueue.NAMESPACE)
+        cert_dir = kueue.serving_cert(pki)
+        config = self.state_dir / "kueue-config.yaml"
+        config.write_text(json.dumps(kueue.configuration(self.ports, cert_dir), indent=2))
+        self._spawn("kueue", kueue.args(config), exe=bin_dir / "kueue",
+                    env={"KUEUE_METRICS_CERT_DIR": str(cert_dir)})
+        self._wait_http(f"http://127.0.0.1:{self.ports['kueue_health']}/readyz", "kueue",
+                        deadline)
+        kueue.create_queues(api, self.nodes, self.gpus_per_node, deadline)
+        kueue.wait_cluster_queue_active(api, kueue.CLUSTER_QUEUE, deadline)
 
     def _prepare_real_node(self) -> dict[str, str]:
         """The real node's folder and bridge (before the apiserver, which listens there)."""

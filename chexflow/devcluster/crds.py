@@ -90,12 +90,17 @@ def load_crds(files: list[Path] | None = None) -> list[dict]:
 
 def install_crds(api_client, files: list[Path] | None = None, timeout: float = 60) -> list[str]:
     """Create (or replace) the CRDs and wait until each is Established; returns their names."""
+    return install_crd_docs(api_client, load_crds(files), timeout)
+
+
+def install_crd_docs(api_client, docs: list[dict], timeout: float = 60) -> list[str]:
+    """Create (or replace) these CRD documents and wait until each is Established."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     ext = client.ApiextensionsV1Api(api_client)
     names = []
-    for doc in load_crds(files):
+    for doc in docs:
         name = doc["metadata"]["name"]
         try:
             ext.create_custom_resource_definition(doc)

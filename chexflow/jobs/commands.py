@@ -48,7 +48,11 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gang-scheduling", action="store_true",
                    help="runPolicy.schedulingPolicy: all pods start together (Volcano or "
                         "scheduler-plugins, as mpi-operator is configured)")
-    p.add_argument("--queue", default="", help="gang scheduling: the Volcano queue")
+    p.add_argument("--queue", default="", metavar="LOCALQUEUE",
+                   help="Kueue: submit to this LocalQueue of the namespace (label "
+                        "kueue.x-k8s.io/queue-name); the job waits suspended until admitted")
+    p.add_argument("--volcano-queue", default="",
+                   help="gang scheduling with Volcano: schedulingPolicy.queue")
     p.add_argument("--min-available", type=int, default=0,
                    help="gang scheduling: pods that must start together (default: all)")
     p.add_argument("--run-as-user", type=int, default=IMAGE_UID,
@@ -132,6 +136,7 @@ def cluster_options_from_args(args: argparse.Namespace):
         image_pull_secrets=list(args.image_pull_secret),
         gang_scheduling=args.gang_scheduling,
         queue=args.queue,
+        volcano_queue=args.volcano_queue,
         min_available=args.min_available,
         run_as_user=args.run_as_user,
     )

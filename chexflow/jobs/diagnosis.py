@@ -23,8 +23,12 @@ BAD_INPUT_GRACE_SECONDS = 30
 NEVER_STARTS = ("ErrImageNeverPull", "InvalidImageName")
 MAY_NOT_START = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError")
 # Scheduler messages that say the cluster is full or busy, not that the spec is wrong.
+# scheduler-plugins' Coscheduling: a gang that does not fit yet ("podGroup NS/NAME failed
+# recently", "... is unschedulable even after PostFilter") waits like a pod on a full cluster;
+# "cannot find enough sibling pods" (minAvailable above the job's pods) is the spec's fault.
 FULL_CLUSTER = ("Insufficient", "Too many pods", "free ports", "node.kubernetes.io/",
-                "were unschedulable", "unbound immediate PersistentVolumeClaims")
+                "were unschedulable", "unbound immediate PersistentVolumeClaims",
+                "failed recently", "unschedulable even after PostFilter")
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from chexflow.jobs.diagnosis import (
     pod_end,
     refused_pods,
 )
+from chexflow.jobs.queueing import QueueError, check_local_queue, queue_state, workloads
 from chexflow.jobs.render import (
     JOB_NAME_LABEL,
     LAUNCHER_ROLE_LABEL,
@@ -181,6 +182,8 @@ class KubernetesBackend:
             self.check_runtime(obj["spec"]["runtimeRef"]["name"])
         start = self.clock()
         self._failed_attempts, self._incidents, self._workers = {}, {}, {}
+        if self.options.queue:  # before anything is created
+            check_local_queue(self.custom, self.namespace, self.options.queue)
         with sigterm_raises():
             try:
                 self.create(obj)
@@ -285,13 +288,20 @@ class KubernetesBackend:
 
     def wait(self, obj: dict[str, Any], timeout_seconds: float) -> dict[str, Any]:
         """Poll until Succeeded or Failed; return that condition. JobCannotStart when a pod
-        stays unable to start past its grace period, JobTimeout past the limit."""
+        stays unable to start past its grace period, JobTimeout past the limit (counted from
+        the job's admission when it waits in a Kueue queue), QueueError when its queue can
+        never admit it."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         deadline = self.clock() + timeout_seconds
-        last_state = None
+        last_state = last_queue = None
         blocked_since: dict[str, float] = {}  # Blocker.what -> when first seen
         while True:
             current = self.get(kind, name)
+            queued, last_queue = self.queued(kind, current, last_queue)
+            if queued:
+                deadline = self.clock() + timeout_seconds
+                self.pause(kind, name)
+                continue
             conditions = (current.get("status") or {}).get("conditions") or []
             state = latest_condition(conditions)
             if state != last_state:
@@ -322,6 +332,25 @@ class KubernetesBackend:
                     self.log_tail(kind, name),
                 )
             self.pause(kind, name)
+
+    def queued(self, kind: str, current: dict[str, Any], last: str | None
+               ) -> tuple[bool, str | None]:
+        """Whether the job waits suspended in its Kueue queue, and the queue line last reported
+        (a new one is logged once); QueueError when Kueue says it can never be admitted."""
+        if not self.options.queue or (last or "").startswith("admitted"):
+            return False, last
+        spec = current.get("spec") or {}
+        suspended = (spec.get("runPolicy") or {}).get("suspend") if kind == "MPIJob" \
+            else spec.get("suspend")
+        name = current["metadata"]["name"]
+        state = queue_state(current["metadata"]["uid"], workloads(self.custom, self.namespace))
+        if state is not None and state.line != last:
+            self._log(name, state.line)
+            last = state.line
+        if state is not None and state.never:
+            raise QueueError(f"{kind} {self.namespace}/{name} cannot be admitted: {state.line}; "
+                             f"it was deleted")
+        return bool(suspended), last
 
     def pause(self, kind: str, name: str) -> None:
         """Wait poll_seconds while following the job's pod events from the last list's

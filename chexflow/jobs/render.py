@@ -29,6 +29,8 @@ SHM_VOLUME = "dshm"
 GPU_RESOURCE = "nvidia.com/gpu"
 # GPU nodes are commonly tainted with their resource (what ExtendedResourceToleration adds).
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+# Kueue: the LocalQueue a job is submitted to (ClusterOptions.queue)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
 # Launcher attempts after the first (a transient ssh or DNS failure must not end the run);
 # a rerun of the training command resumes from its last checkpoint.
@@ -108,8 +110,10 @@ def worker_resources(spec: JobSpec) -> dict[str, dict[str, Any]]:
     return {"requests": requests, "limits": limits}
 
 
-def _metadata(spec: JobSpec, namespace: str) -> dict[str, Any]:
+def _metadata(spec: JobSpec, namespace: str, options: ClusterOptions) -> dict[str, Any]:
     labels = {**MANAGED_BY, "chexflow.io/job": spec.name, **spec.labels}
+    if options.queue:  # Kueue's webhook suspends the job until its queue admits it
+        labels[QUEUE_LABEL] = options.queue
     return {"name": spec.name, "namespace": namespace, "labels": labels}
 
 
@@ -134,12 +138,17 @@ def _pod_template(
     return {"metadata": {"labels": labels, "annotations": dict(POD_ANNOTATIONS)}, "spec": pod}
 
 
-def scheduling_policy(spec: JobSpec, options: ClusterOptions) -> dict[str, Any]:
+def scheduling_policy(spec: JobSpec, options: ClusterOptions,
+                      launcher_creation_policy: str = "WaitForWorkersReady") -> dict[str, Any]:
     """runPolicy.schedulingPolicy for gang scheduling (Volcano or scheduler-plugins, as the
-    operator is configured): all pods (workers + launcher) start together unless minAvailable."""
-    policy: dict[str, Any] = {"minAvailable": options.min_available or spec.workers + 1}
-    if options.queue:
-        policy["queue"] = options.queue
+    operator is configured): the pods that exist together start together unless minAvailable.
+    With WaitForWorkersReady mpi-operator creates the launcher only once the workers are ready,
+    so the gang is the workers: counting the launcher in it (mpi-operator's default, workers + 1)
+    would hold the workers for a pod that never comes."""
+    launcher = 1 if launcher_creation_policy == "AtStartup" else 0
+    policy: dict[str, Any] = {"minAvailable": options.min_available or spec.workers + launcher}
+    if options.volcano_queue:
+        policy["queue"] = options.volcano_queue
     if options.priority_class:
         policy["priorityClass"] = options.priority_class
     return policy
@@ -181,11 +190,12 @@ def render_mpijob(
         else spec.backoff_limit,
     }
     if options.gang_scheduling:
-        run_policy["schedulingPolicy"] = scheduling_policy(spec, options)
+        run_policy["schedulingPolicy"] = scheduling_policy(spec, options,
+                                                           launcher_creation_policy)
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": "MPIJob",
-        "metadata": _metadata(spec, namespace),
+        "metadata": _metadata(spec, namespace, options),
         "spec": {
             "slotsPerWorker": spec.slots,
             "sshAuthMountPath": SSH_AUTH_MOUNT_PATH,
@@ -231,7 +241,7 @@ def render_batch_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(spec, namespace),
+        "metadata": _metadata(spec, namespace, options),
         "spec": {
             "backoffLimit": spec.backoff_limit or 0,
             "activeDeadlineSeconds": spec.timeout_seconds,

@@ -160,8 +160,10 @@ PIPELINE_PARAMETER = {"pipeline_parameter": True}
 @dataclass
 class ClusterOptions:
     """What a real cluster asks of a job's pods, beside the JobSpec (the local backend ignores
-    it): node selection, GPU-node taints, priority, registry credentials, gang scheduling
-    (mpi-operator's runPolicy.schedulingPolicy) and the numeric user the pods run as.
+    it): node selection, GPU-node taints, priority, registry credentials, the Kueue LocalQueue
+    (`queue`: label kueue.x-k8s.io/queue-name), gang scheduling (mpi-operator's
+    runPolicy.schedulingPolicy, with `volcano_queue` for Volcano) and the numeric user the pods
+    run as.
 
     The one statement of these options: `chexflow job` sets them from its flags, and the fields
     marked PIPELINE_PARAMETER are the pipelines' parameters of the same names (their signatures
@@ -172,7 +174,9 @@ class ClusterOptions:
     priority_class: str = field(default="", metadata=PIPELINE_PARAMETER)
     image_pull_secrets: list[str] = field(default_factory=list, metadata=PIPELINE_PARAMETER)
     gang_scheduling: bool = field(default=False, metadata=PIPELINE_PARAMETER)
+    # Kueue LocalQueue in the job's namespace; "": not queued by Kueue
     queue: str = field(default="", metadata=PIPELINE_PARAMETER)
+    volcano_queue: str = ""  # gang scheduling with Volcano: schedulingPolicy.queue
     min_available: int = 0  # gang: pods that must start together; 0: all (workers + launcher)
     run_as_user: int = IMAGE_UID
 
@@ -188,9 +192,12 @@ class ClusterOptions:
                 raise JobSpecError(f"{where}: effect must be one of {TOLERATION_EFFECTS}")
         if self.min_available < 0 or self.run_as_user < 1:
             raise JobSpecError("min_available must be >= 0 and run_as_user >= 1 (non-root)")
-        if (self.queue or self.min_available) and not self.gang_scheduling:
-            raise JobSpecError("queue and min_available are gang-scheduling settings: "
+        if (self.volcano_queue or self.min_available) and not self.gang_scheduling:
+            raise JobSpecError("volcano_queue and min_available are gang-scheduling settings: "
                                "set gang_scheduling too")
+        if self.queue and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", self.queue):
+            raise JobSpecError(f"queue {self.queue!r}: a LocalQueue name (lowercase letters, "
+                               "digits, '-' and '.') was expected")
 
     @classmethod
     def pipeline_parameters(cls) -> dict[str, tuple[type, Any]]:

@@ -153,7 +153,7 @@ def test_apiserver_accepts_every_cluster_field_of_a_rendered_mpijob(k8s_api, k8s
     options = ClusterOptions(
         node_selector={"pool": "gpu"}, tolerations=[parse_toleration("dedicated=ml:NoSchedule")],
         priority_class="high", image_pull_secrets=["regcred"], gang_scheduling=True,
-        queue="research")
+        volcano_queue="research")
     spec = JobSpec(name="dry", command=TRAIN, horovod=True, workers=2, gpus_per_worker=8,
                    slots_per_worker=8)
     obj = render_mpijob(spec, namespace=k8s_namespace, options=options)
@@ -168,6 +168,6 @@ def test_apiserver_accepts_every_cluster_field_of_a_rendered_mpijob(k8s_api, k8s
         assert got["spec"]["containers"][0]["securityContext"] == {
             "runAsUser": 1000, "runAsNonRoot": True}
     assert back["spec"]["runPolicy"]["schedulingPolicy"] == {
-        "minAvailable": 3, "queue": "research", "priorityClass": "high"}
+        "minAvailable": 2, "queue": "research", "priorityClass": "high"}
     assert back["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] == "OnFailure"
     assert back["spec"]["slotsPerWorker"] == 8

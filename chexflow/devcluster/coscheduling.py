@@ -1,0 +1,105 @@
+"""Gang scheduling in the local cluster: scheduler-plugins' scheduler (kube-scheduler with the
+Coscheduling plugin) as a second scheduler, built from its Go module (build/coscheduling/build.sh,
+cached by content), with the PodGroup CRD (scheduling.x-k8s.io/v1alpha1) of the same module.
+
+mpi-operator then runs with `--gang-scheduling=SCHEDULER_NAME`: it makes a PodGroup per MPIJob
+(minMember from runPolicy.schedulingPolicy.minAvailable) and gives the job's pods that
+scheduler, which holds them at its Permit stage until the whole group can be placed. The
+PodGroup controller (scheduler-plugins' cmd/controller) keeps PodGroup status up to date: a gang
+that did not fit is retried when another PodGroup changes (the one event Coscheduling asks the
+scheduler's queue for besides new pods), e.g. when an earlier job's group finishes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from chexflow.devcluster.binaries import GO_DIR, BinariesMissing
+
+BUILD_DIR = GO_DIR / "coscheduling"
+BUILD_SCRIPT = BUILD_DIR / "build.sh"
+BUILD_INPUTS = ("go.mod", "go.sum", "build.sh")
+SCHEDULER_NAME = "scheduler-plugins-scheduler"
+EXE = "coscheduling-scheduler"
+CONTROLLER = "podgroup-controller"
+CRD_FILES = ("podgroup-crd.yaml", "elasticquota-crd.yaml")
+# how long a pod of an incomplete gang waits at Permit before it is sent back to the queue
+PERMIT_WAITING_SECONDS = 10
+
+
+def version() -> str:
+    m = re.search(r"^require sigs\.k8s\.io/scheduler-plugins (v\S+)",
+                  (BUILD_DIR / "go.mod").read_text(), re.M)
+    if not m:
+        raise BinariesMissing(f"{BUILD_DIR / 'go.mod'}: no `require sigs.k8s.io/scheduler-plugins "
+                              "vX.Y.Z` line")
+    return m.group(1)
+
+
+def cache_dir() -> Path:
+    """coscheduling-<release>-<10 hex of sha256(go.mod + go.sum + build.sh)>, as build.sh."""
+    digest = hashlib.sha256(b"".join((BUILD_DIR / f).read_bytes() for f in BUILD_INPUTS))
+    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
+    return Path(root) / f"coscheduling-{version()}-{digest.hexdigest()[:10]}"
+
+
+def ensure_binaries() -> Path:
+    """The folder with the scheduler and the PodGroup CRD; builds them when missing."""
+    bin_dir = cache_dir()
+    if all(os.access(bin_dir / exe, os.X_OK) for exe in (EXE, CONTROLLER)) and all(
+            (bin_dir / f).is_file() for f in CRD_FILES):
+        return bin_dir
+    print(f"building scheduler-plugins {version()} into {bin_dir} (cold: about 15 min)...",
+          file=sys.stderr, flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
+    if proc.returncode != 0 or not os.access(bin_dir / EXE, os.X_OK):
+        raise BinariesMissing(f"{BUILD_SCRIPT} exited {proc.returncode}; no {bin_dir / EXE}")
+    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return bin_dir
+
+
+def crd_docs(bin_dir: Path) -> list[dict]:
+    """PodGroup and ElasticQuota (scheduling.x-k8s.io/v1alpha1): the controller watches both."""
+    return [d for f in CRD_FILES for d in yaml.safe_load_all((bin_dir / f).read_text())
+            if d and d.get("kind") == "CustomResourceDefinition"]
+
+
+def scheduler_config(kubeconfig: Path) -> dict:
+    """A KubeSchedulerConfiguration with one profile, SCHEDULER_NAME, that gangs pods by their
+    PodGroup (scheduler-plugins' manifests/coscheduling/scheduler-config.yaml, renamed)."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {"leaderElect": False},
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
+        "profiles": [{
+            "schedulerName": SCHEDULER_NAME,
+            "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]},
+                        "queueSort": {"enabled": [{"name": "Coscheduling"}],
+                                      "disabled": [{"name": "*"}]}},
+            "pluginConfig": [{"name": "Coscheduling",
+                              "args": {"permitWaitingTimeSeconds": PERMIT_WAITING_SECONDS}}],
+        }],
+    }
+
+
+def controller_args(ports: dict[str, int]) -> list[str]:
+    """The PodGroup controller: PodGroup status (Scheduled, Running, Finished) follows its pods;
+    that update is the event on which the scheduler retries a waiting gang."""
+    return [f"--metricsAddr=127.0.0.1:{ports['podgroup_metrics']}",
+            f"--probeAddr=127.0.0.1:{ports['podgroup_health']}", "--qps=100", "--burst=200",
+            "--workers=2"]
+
+
+def args(config: Path, kubeconfig: Path, port: int) -> list[str]:
+    return [f"--config={config}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
+            f"--secure-port={port}", "--v=1"]

@@ -1,0 +1,254 @@
+"""Kueue in the local cluster: its manager built from its Go module (build/kueue/build.sh, cached
+by content beside the control plane's binaries), run as a local process with the MPIJob
+integration, its webhooks called on 127.0.0.1 with a certificate of the cluster's CA.
+
+Kueue v0.15 serves its API as v1beta1 (stored) and v1beta2 (its controllers' own), so the
+conversion webhook is needed, and its MPIJob webhook is what suspends a new MPIJob that names a
+queue: the webhooks are not optional here. Only the webhooks of Kueue's own kinds and of MPIJob
+are registered (the others' integrations are off: their paths would answer 404).
+
+After the start: ResourceFlavor `kwok-gpu` (nodes labelled type=kwok), ClusterQueue
+`CLUSTER_QUEUE` with the kwok nodes' nvidia.com/gpu, cpu and memory as quota; LocalQueues per
+namespace come from `create_local_queue`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from chexflow.devcluster import certs, nodes
+from chexflow.devcluster.binaries import GO_DIR, BinariesMissing
+from chexflow.errors import ChexflowError
+
+KUEUE_DIR = GO_DIR / "kueue"
+BUILD_SCRIPT = KUEUE_DIR / "build.sh"
+BUILD_INPUTS = ("go.mod", "go.sum", "build.sh")
+NAMESPACE = "kueue-system"
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+FLAVOR = "kwok-gpu"
+CLUSTER_QUEUE = "chexflow"
+MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
+# the CRDs Kueue converts between v1beta1 and v1beta2 itself (config/components/crd's
+# kustomization patches them with its /convert webhook); the others' versions are alike
+CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
+# node resources the ClusterQueue's quota covers (nodes.gpu_node's per node)
+NODE_CPU, NODE_MEMORY_GI = 96, 1024
+
+
+class KueueError(ChexflowError):
+    """Kueue could not be built, configured or started."""
+
+
+def kueue_version() -> str:
+    m = re.search(r"^require sigs\.k8s\.io/kueue (v\S+)", (KUEUE_DIR / "go.mod").read_text(),
+                  re.M)
+    if not m:
+        raise KueueError(f"{KUEUE_DIR / 'go.mod'}: no `require sigs.k8s.io/kueue vX.Y.Z` line")
+    return m.group(1)
+
+
+def cache_dir() -> Path:
+    """kueue-<release>-<10 hex of sha256(go.mod + go.sum + build.sh)>, as build.sh computes it."""
+    digest = hashlib.sha256(b"".join((KUEUE_DIR / f).read_bytes() for f in BUILD_INPUTS))
+    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
+    return Path(root) / f"kueue-{kueue_version()}-{digest.hexdigest()[:10]}"
+
+
+def ensure_binaries() -> Path:
+    """The folder with `kueue`, its CRDs and webhook manifests; builds them when missing (cold:
+    about 10 min on 2 busy cores)."""
+    bin_dir = cache_dir()
+    if os.access(bin_dir / "kueue", os.X_OK) and (bin_dir / "webhooks.yaml").is_file():
+        return bin_dir
+    print(f"building Kueue {kueue_version()} into {bin_dir} (cold: about 10 min)...",
+          file=sys.stderr, flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
+    if proc.returncode != 0 or not os.access(bin_dir / "kueue", os.X_OK):
+        raise BinariesMissing(f"{BUILD_SCRIPT} exited {proc.returncode}; no {bin_dir / 'kueue'}")
+    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    return bin_dir
+
+
+def serving_cert(pki: certs.PKI) -> Path:
+    """tls.crt/tls.key for 127.0.0.1 signed by the cluster's CA, in pki/kueue (the webhook and
+    metrics servers' certificate folder)."""
+    out = pki.dir / "kueue"
+    if not (out / "tls.crt").exists():
+        certs._signed_cert(pki, "kueue-webhook", "/CN=kueue-webhook",
+                           "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
+                           "keyEncipherment\nextendedKeyUsage=serverAuth\n"
+                           "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        out.mkdir(exist_ok=True)
+        (pki.dir / "kueue-webhook.crt").rename(out / "tls.crt")
+        (pki.dir / "kueue-webhook.key").rename(out / "tls.key")
+    return out
+
+
+def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): MPIJob integration only, no
+    leader election, its own certificates, every server on 127.0.0.1."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+        "namespace": NAMESPACE,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{ports['kueue_health']}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{ports['kueue_metrics']}"},
+        "webhook": {"port": ports["kueue_webhook"], "host": "127.0.0.1",
+                    "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "clientConnection": {"qps": 100, "burst": 200},
+        "integrations": {"frameworks": [MPIJOB_FRAMEWORK]},
+    }
+
+
+def args(config: Path) -> list[str]:
+    # VisibilityOnDemand serves an aggregated API through a Service: none here
+    return [f"--config={config}", "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=2"]
+
+
+def _url(port: int, path: str) -> str:
+    return f"https://127.0.0.1:{port}{path}"
+
+
+def webhook_configurations(bin_dir: Path, port: int, ca_bundle: str) -> list[dict]:
+    """Kueue's webhook configurations from the module's manifests, for Kueue's own kinds and
+    MPIJob only, calling 127.0.0.1:<port> with the cluster CA."""
+    out = []
+    for doc in yaml.safe_load_all((bin_dir / "webhooks.yaml").read_text()):
+        if not doc:
+            continue
+        kept = []
+        for hook in doc.get("webhooks", []):
+            groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
+            path = hook["clientConfig"]["service"]["path"]
+            if GROUP in groups or path.endswith("-mpijob"):
+                hook["clientConfig"] = {"url": _url(port, path), "caBundle": ca_bundle}
+                kept.append(hook)
+        doc["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
+        doc["webhooks"] = kept
+        out.append(doc)
+    return out
+
+
+def crd_docs(bin_dir: Path, port: int, ca_bundle: str) -> list[dict]:
+    """Kueue's CRDs, those of CONVERTED through Kueue's /convert."""
+    docs = []
+    for path in sorted((bin_dir / "crds").glob("*.yaml")):
+        doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        if doc["spec"]["names"]["plural"] in CONVERTED:
+            doc["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                "clientConfig": {"url": _url(port, "/convert"), "caBundle": ca_bundle},
+                "conversionReviewVersions": ["v1"]}}
+        docs.append(doc)
+    return docs
+
+
+def install(api, bin_dir: Path, port: int, pki: certs.PKI, timeout: float) -> None:
+    """CRDs (with conversion) and webhook configurations, before the manager starts."""
+    import base64
+
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from chexflow.devcluster import crds
+
+    ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
+    crds.install_crd_docs(api, crd_docs(bin_dir, port, ca_bundle), timeout=timeout)
+    adm = client.AdmissionregistrationV1Api(api)
+    for doc in webhook_configurations(bin_dir, port, ca_bundle):
+        create, replace = ((adm.create_mutating_webhook_configuration,
+                            adm.replace_mutating_webhook_configuration)
+                           if doc["kind"] == "MutatingWebhookConfiguration" else
+                           (adm.create_validating_webhook_configuration,
+                            adm.replace_validating_webhook_configuration))
+        try:
+            create(doc)
+        except ApiException as e:
+            if e.status != 409:
+                raise KueueError(f"{doc['kind']} {doc['metadata']['name']}: {e.status} "
+                                 f"{e.reason}") from None
+            replace(doc["metadata"]["name"], doc)
+
+
+def _create(api, plural: str, body: dict, namespace: str | None = None,
+            deadline: float | None = None) -> None:
+    """Create a Kueue object (409: already there); retried while Kueue's webhook is starting."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(api)
+    deadline = deadline or time.monotonic() + 30
+    while True:
+        try:
+            if namespace:
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+            else:
+                custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+            return
+        except ApiException as e:
+            if e.status == 409:
+                return
+            if e.status < 500 or time.monotonic() > deadline:
+                raise KueueError(f"creating {plural[:-1]} {body['metadata']['name']}: "
+                                 f"{e.status} {e.reason}: {e.body}") from None
+            time.sleep(0.5)
+
+
+def create_queues(api, node_count: int, gpus_per_node: int, deadline: float) -> None:
+    """ResourceFlavor FLAVOR for the kwok nodes and ClusterQueue CLUSTER_QUEUE whose quota is
+    their nvidia.com/gpu, cpu and memory, open to every namespace."""
+    _create(api, "resourceflavors", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
+        "metadata": {"name": FLAVOR}, "spec": {"nodeLabels": {"type": nodes.NODE_LABELS["type"]}},
+    }, deadline=deadline)
+    quota = {"cpu": str(NODE_CPU * node_count), "memory": f"{NODE_MEMORY_GI * node_count}Gi",
+             nodes.GPU_RESOURCE: str(gpus_per_node * node_count)}
+    create_cluster_queue(api, CLUSTER_QUEUE, quota, deadline=deadline)
+
+
+def create_cluster_queue(api, name: str, quota: dict[str, str],
+                         deadline: float | None = None) -> None:
+    """A ClusterQueue over FLAVOR with `quota` (resource -> nominalQuota), for all namespaces."""
+    _create(api, "clusterqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"namespaceSelector": {},
+                 "resourceGroups": [{"coveredResources": sorted(quota), "flavors": [{
+                     "name": FLAVOR,
+                     "resources": [{"name": r, "nominalQuota": q}
+                                   for r, q in sorted(quota.items())]}]}]},
+    }, deadline=deadline)
+
+
+def create_local_queue(api, namespace: str, name: str = CLUSTER_QUEUE,
+                       cluster_queue: str = CLUSTER_QUEUE) -> None:
+    """LocalQueue `name` in `namespace`, feeding `cluster_queue`."""
+    _create(api, "localqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster_queue},
+    }, namespace=namespace)
+
+
+def wait_cluster_queue_active(api, name: str, deadline: float) -> None:
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    conds: dict = {}
+    while time.monotonic() < deadline:
+        cq = custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name)
+        conds = {c["type"]: c for c in (cq.get("status") or {}).get("conditions", [])}
+        if conds.get("Active", {}).get("status") == "True":
+            return
+        time.sleep(0.3)
+    raise KueueError(f"ClusterQueue {name} not Active: "
+                     f"{conds.get('Active', {}).get('message', 'no status')}")
