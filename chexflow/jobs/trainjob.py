@@ -174,7 +174,7 @@ def render_trainjob(
                 {"name": name, "template": {"spec": {"template": {"spec": copy.deepcopy(patch)}}}}
                 for name in (NODE, LAUNCHER)]}}}}]
     return {"apiVersion": TRAINJOB_API_VERSION, "kind": "TrainJob",
-            "metadata": render._metadata(spec, namespace), "spec": body}
+            "metadata": render._metadata(spec, namespace, options), "spec": body}
 
 
 def main(argv: list[str] | None = None) -> int:
