@@ -137,7 +137,8 @@ def controller_made_pods(exp: Experiment) -> str | None:
     (an Argo Workflow's templates, a TrainJob's training runtime), so Katib finds the primary
     container only in the pods; None when the trialSpec holds pod templates."""
     spec = exp.trial_spec
-    if not spec or pod_specs(spec.get("spec", {})):
+    # a TrainJob's runtimePatches hold pod templates, but only patches of its runtime's pods
+    if not spec or (spec.get("kind") != "TrainJob" and pod_specs(spec.get("spec", {}))):
         return None
     return (f"kind {spec.get('kind')} ({spec.get('apiVersion')}) has no pod template: its "
             "controller makes the pods, so the local runner cannot run it; use --cluster, or "
