@@ -21,6 +21,8 @@ from tests.conftest import REPO, run_chexflow
 EXAMPLE_NAMES = ["bayesian-optimization", "cma-es", "grid", "median-stop", "mpijob-horovod",
                  "multivariate-tpe", "random", "sobol", "tpe"]
 SPECS = sorted((REPO / "katib" / "specs").glob("*.yaml"))
+MPIJOB_SPECS = [p for p in SPECS if not p.stem.endswith("-trainjob")]
+TRAINJOB_SPEC = REPO / "katib" / "specs" / "chexnet-random-trainjob.yaml"
 
 
 def example(name: str) -> Path:
@@ -170,7 +172,7 @@ def test_cli_reports_a_bad_spec_in_one_line(tmp_path: Path):
     assert not (tmp_path / "s").exists()
 
 
-@pytest.mark.parametrize("path", SPECS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", MPIJOB_SPECS, ids=lambda p: p.name)
 def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
     from chexflow.jobs.schema import validate_mpijob
 
@@ -207,6 +209,48 @@ def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
     assert program[:3] == ["python", "-m", "chexflow.train.worker"]
     assert program[program.index("--lr") + 1] == format_value(exp.parameter("lr"), params["lr"])
     assert program[program.index("--out") + 1] == "/mnt/chexflow/runs/katib/chexnet-trial-1"
+
+
+def test_trainjob_spec_trials_are_valid_trainjobs_whose_launcher_pod_prints_the_metrics(tmp_path):
+    """chexnet-random-trainjob: the trial is a TrainJob valid under Trainer's CRD, on
+    chexflow's Horovod runtime; Katib's TrainJob conditions; the primary pod is the runtime's
+    launcher replicated job (runLauncherAsNode), whose container is primaryContainerName;
+    the local runner refuses it in one line, starting nothing."""
+    from chexflow.jobs.schema import validate_against_crd
+    from chexflow.jobs.trainjob import RUNTIME_NAME, horovod_runtime
+    from chexflow.katib.spec import DEFAULT_CONDITIONS
+    from tests.test_trainjob import trainer_crd
+
+    exp = load_experiment(TRAINJOB_SPEC)
+    tt = exp.trial_template
+    success, failure, _ = DEFAULT_CONDITIONS["TrainJob"]
+    assert (tt["successCondition"], tt["failureCondition"]) == (success, failure)
+    assert tt["primaryPodLabels"] == {"jobset.sigs.k8s.io/replicatedjob-name": "launcher"}
+    runtime = horovod_runtime()
+    assert runtime["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] is True
+    jobs = {j["name"]: j["template"]["spec"]["template"]["spec"]
+            for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+    for pod in jobs.values():  # Katib's pod webhook wants the container in every trial pod
+        assert [c["name"] for c in pod["containers"]] == [tt["primaryContainerName"]]
+    assert "launcher" in jobs
+
+    params = make_suggester(exp, 0).suggest([], 1)[0].parameters
+    spec = render_trial_spec(exp, "chexnet-trial-1", params)
+    assert "${" not in yaml.safe_dump(spec)
+    assert spec["spec"]["runtimeRef"]["name"] == RUNTIME_NAME
+    trainjob = {**copy.deepcopy(spec), "metadata": {"name": "chexnet-trial-1",
+                                                    "namespace": "kubeflow"}}
+    validate_against_crd(trainjob, trainer_crd("trainjobs"), version="v1alpha1")
+    n, program = split_mpirun(spec["spec"]["trainer"]["command"], "trainer")
+    assert n == spec["spec"]["trainer"]["numNodes"] * spec["spec"]["trainer"]["numProcPerNode"]
+    assert program[:3] == ["python", "-m", "chexflow.train.worker"]
+    assert program[program.index("--lr") + 1] == format_value(exp.parameter("lr"), params["lr"])
+    assert program[program.index("--out") + 1] == "/mnt/chexflow/runs/katib/chexnet-trial-1"
+
+    proc = run_chexflow("tune", TRAINJOB_SPEC, "--state", tmp_path / "s", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "kind TrainJob (trainer.kubeflow.org/v1alpha1) has no pod template" in proc.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_mpijob_launcher_becomes_horovodrun_with_local_volumes(tmp_path: Path):

@@ -13,7 +13,13 @@ import pytest
 import yaml
 
 from chexflow.jobs.render import mpirun_args
-from chexflow.katib.chexnet_template import CONFIG_MAP, KEY, NAMESPACE, templates_text
+from chexflow.katib.chexnet_template import (
+    CONFIG_MAP,
+    KEY,
+    NAMESPACE,
+    TRAINJOB_KEY,
+    templates_text,
+)
 from chexflow.katib.spec import load_experiment
 from chexflow.katib.templates import TemplateError
 from tests.conftest import REPO, run_chexflow
@@ -49,13 +55,15 @@ def test_every_spec_names_the_one_template_and_is_a_screen_long():
     assert config_map["metadata"]["namespace"] == NAMESPACE
     # Katib's UI lists trial templates by this label
     assert config_map["metadata"]["labels"]["katib.kubeflow.org/component"] == "trial-templates"
-    assert len(SPECS) == 5
+    assert len(SPECS) == 6
     for spec in SPECS:
         assert len(spec.read_text().splitlines()) <= 80, spec
         exp = load_experiment(spec)
+        key, kind = ((TRAINJOB_KEY, "TrainJob") if spec.stem.endswith("-trainjob")
+                     else (KEY, "MPIJob"))
         assert exp.trial_template["configMap"] == {
-            "configMapName": CONFIG_MAP, "configMapNamespace": NAMESPACE, "templatePath": KEY}
-        assert exp.config_map.file == TEMPLATES and exp.trial_spec["kind"] == "MPIJob"
+            "configMapName": CONFIG_MAP, "configMapNamespace": NAMESPACE, "templatePath": key}
+        assert exp.config_map.file == TEMPLATES and exp.trial_spec["kind"] == kind
 
 
 def test_the_trial_launcher_runs_mpirun_as_the_jobs_renderer_writes_it():

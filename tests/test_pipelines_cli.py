@@ -161,3 +161,14 @@ def test_run_defaults_naming_no_parameter_is_one_line(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "chexnet_train.py: RUN_DEFAULTS ['epoch']: not parameters of chexnet-train" \
         in proc.stderr
+
+
+def test_job_kind_is_a_run_option_of_every_pipeline_and_a_wrong_one_is_one_line(tmp_path):
+    options = run_parameters()
+    assert set(options["job_kind"]) == {"chexnet-train", "scaling-study", "tune-then-train"}
+    assert {p.default for p in options["job_kind"].values()} == {"mpijob"}
+    proc = run_chexflow("run", "chexnet-train", "--out", tmp_path, "--job-kind", "pytorchjob",
+                        check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "job_kind 'pytorchjob': expected one of mpijob, trainjob" in proc.stderr
+    assert not list(tmp_path.glob("*-*/")), "nothing is started for a bad job kind"

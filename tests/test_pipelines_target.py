@@ -7,6 +7,7 @@ import pytest
 
 from chexflow.components.definitions import target_op
 from chexflow.components.steps import StepError, Target
+from chexflow.errors import ChexflowError
 from chexflow.jobs.spec import ClusterOptions
 
 # target-op's cluster inputs at ClusterOptions' defaults
@@ -89,3 +90,26 @@ def test_every_pipeline_has_clusteroptions_pipeline_parameters_with_their_defaul
         for param, (typ, default) in wanted.items():
             assert root[param].type == KFP_TYPES[typ] and root[param].default == default
             assert (read[param].type, read[param].default) == (typ.__name__, default)
+
+
+def test_job_kind_trainjob_reaches_the_renderer_through_the_target():
+    """A pipeline's job_kind (a ClusterOptions parameter) goes target -> Target -> the
+    kubernetes backend, which renders a Horovod step as a TrainJob; the default is an MPIJob."""
+    from kubernetes.client import ApiClient
+
+    from chexflow.jobs import JobSpec
+    from chexflow.jobs.kubernetes import KubernetesBackend
+
+    spec = JobSpec(name="train-r1", command=["chexflow", "train"], workers=2, horovod=True)
+    for kind, wanted in (("trainjob", "TrainJob"), ("mpijob", "MPIJob")):
+        made = target_op.python_func(
+            work_root="/mnt/chexflow/runs", run_id="r1", backend="kubernetes", namespace="n",
+            data_pvc="data", trainer_image="t:1", launcher_image="", timeout_seconds=60,
+            **{**NO_CLUSTER_SETTINGS, "job_kind": kind})
+        options = Target.from_dict(made).cluster_options()
+        assert options.job_kind == kind
+        backend = KubernetesBackend(namespace="n", api_client=ApiClient(), options=options)
+        assert backend.render(spec)["kind"] == wanted
+    with pytest.raises(ChexflowError, match="job_kind 'pytorchjob': expected one of mpijob, "
+                                            "trainjob"):
+        ClusterOptions(job_kind="pytorchjob")

@@ -127,3 +127,23 @@ def test_cli_render_job_kind_trainjob_prints_the_trainjob():
     assert job["kind"] == "TrainJob" and job["spec"]["runtimeRef"]["name"] == "other"
     assert job["spec"]["trainer"]["numNodes"] == 2
     assert job["spec"]["trainer"]["command"][-2:] == ["chexflow", "train"]
+
+
+def test_dev_cluster_katib_config_lists_trainjob_trials_that_katibs_rbac_lets_it_watch():
+    """katib-config's trialResources (Kind.version.group) name the TrainJob CRD's kind, served
+    version and group, and Katib's own controller ClusterRole (as deployed) covers trainjobs."""
+    from chexflow.devcluster import katib
+
+    refs = {name: f"chexflow.local/{name}:t" for name in
+            (*katib.IMAGES, katib.LAUNCHER, katib.EARLY_STOPPING)}
+    listed = katib.katib_config(refs)["init"]["controller"]["trialResources"]
+    assert listed == ["Job.v1.batch", "MPIJob.v2beta1.kubeflow.org",
+                      "TrainJob.v1alpha1.trainer.kubeflow.org"]
+    crd = yaml.safe_load(trainer_crd("trainjobs").read_text())
+    kind, version, group = listed[-1].split(".", 2)
+    assert (crd["spec"]["names"]["kind"], crd["spec"]["group"]) == (kind, group)
+    assert version in [v["name"] for v in crd["spec"]["versions"] if v["served"]]
+    role = next(d for d in katib.documents(refs) if d["kind"] == "ClusterRole"
+                and d["metadata"]["name"] == "katib-controller")
+    assert any("trainer.kubeflow.org" in r.get("apiGroups", []) and "trainjobs" in
+               r.get("resources", []) and "watch" in r.get("verbs", []) for r in role["rules"])

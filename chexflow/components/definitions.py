@@ -36,11 +36,13 @@ def target_op(
     image_pull_secrets: list,
     gang_scheduling: bool,
     queue: str,
+    job_kind: str,
     mount_path: str = "",
 ) -> dict:
     """Where the run's jobs write (WORK_ROOT/RUN_ID) and run (backend local|kubernetes; for
     kubernetes the namespace, data PVC, images and what the cluster asks of the pods: node
-    selector, tolerations, priority class, image pull secrets, gang scheduling; each job's time
+    selector, tolerations, priority class, image pull secrets, gang scheduling, whether a Horovod
+    job runs as an MPIJob or a TrainJob (job_kind); each job's time
     limit; where the jobs' pods mount the PVC, as the steps do, "" for /mnt/chexflow), checked
     once: the `target` every other step takes."""
     given = dict(locals())  # the inputs by name, before an import adds names

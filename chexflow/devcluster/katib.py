@@ -5,15 +5,17 @@ Everything runs as pods in namespace `kubeflow` (its pods all go to the real nod
 ConfigMap and the experiment/pod webhooks, whose certificate Katib's own cert generator makes
 (`init.certGenerator.enable`: it fills the katib-webhook-cert Secret and the webhooks' caBundle).
 The manifests are Katib's own, read from the Katib Go module as crds.py reads the CRDs
-(`manifests/v1beta1/components/...`), with these changes: images are the ones
-images.py builds (`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run with
-their own entrypoints, mysql keeps its data in an emptyDir, db-manager gets a readiness
-probe (gRPC on its port, as its liveness probe: Ready then means serving), and katib-config
-lists only what runs here: trial kinds Job and MPIJob v2beta1, the Go goptuna suggestion
-service for random, tpe, cmaes and sobol, chexflow's own (chexflow.katib.service, in the
-launcher image) for Katib's Python algorithms grid, multivariate-tpe and bayesianoptimization,
-chexflow's medianstop early-stopping service (the `earlystopping` image: the launcher's with
-`chexflow katib-earlystopping` as entrypoint), and the File/StdOut metrics collector.
+(`manifests/v1beta1/components/...`), with these changes: images are the ones images.py builds
+(`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run with their own entrypoints,
+mysql keeps its data in an emptyDir, db-manager gets a readiness probe (gRPC on its port, as its
+liveness probe: Ready then means serving), and katib-config lists only what runs here: trial kinds
+Job, MPIJob v2beta1 and TrainJob v1alpha1 (Katib v0.19's trial controller skips a listed kind whose
+CRD is missing, logging it, and watches it only when its CRD was there at its start:
+`watch_trial_kinds_again` restarts it after Trainer), the Go goptuna suggestion service for random,
+tpe, cmaes and sobol, chexflow's own (chexflow.katib.service, in the launcher image) for Katib's
+Python algorithms grid, multivariate-tpe and bayesianoptimization, chexflow's medianstop early-
+stopping service (the `earlystopping` image: the launcher's with `chexflow katib-earlystopping` as
+entrypoint), and the File/StdOut metrics collector.
 
 katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
 the apiserver through the `kubernetes` Service, which is why --katib starts kube-proxy.
@@ -48,7 +50,8 @@ CHEXFLOW_ALGORITHMS = algorithms.served_on_dev_cluster(algorithms.CHEXFLOW)
 # Katib's default suggestion limits (100Mi) are too small for Python with optuna and skopt
 CHEXFLOW_SUGGESTION_RESOURCES = {"requests": {"cpu": "50m", "memory": "256Mi"},
                                  "limits": {"cpu": "1", "memory": "1Gi"}}
-TRIAL_RESOURCES = ("Job.v1.batch", "MPIJob.v2beta1.kubeflow.org")
+TRIAL_RESOURCES = ("Job.v1.batch", "MPIJob.v2beta1.kubeflow.org",
+                   "TrainJob.v1alpha1.trainer.kubeflow.org")
 # Katib's manifests used, under manifests/v1beta1/components/ in its module
 MANIFESTS = ("controller/rbac.yaml", "controller/controller.yaml", "controller/service.yaml",
              "db-manager/db-manager.yaml", "db-manager/service.yaml", "mysql/secret.yaml",
@@ -73,8 +76,8 @@ def components_dir() -> Path:
 
 
 def katib_config(refs: dict[str, str]) -> dict:
-    """KatibConfig: cert generator on, Job + MPIJob trials, goptuna and chexflow's suggestion
-    services, chexflow's medianstop, the file collector."""
+    """KatibConfig: cert generator on, Job, MPIJob and TrainJob trials, goptuna and chexflow's
+    suggestion services, chexflow's medianstop, the file collector."""
     def image(name: str) -> dict:
         return {"image": refs[name], "imagePullPolicy": "Never"}
 
@@ -166,6 +169,30 @@ def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
     for name in (MYSQL, DB_MANAGER, CONTROLLER):
         wait_available(cluster, name, deadline)
     wait_service(cluster, DB_MANAGER, DB_MANAGER_PORT, deadline)
+    wait_webhook(cluster, deadline)
+
+
+def watch_trial_kinds_again(cluster, timeout: float = 120) -> None:
+    """Restart katib-controller (as `kubectl rollout restart`) and wait for the new pod: its
+    trial controller looks for the trial kinds' CRDs only when it starts, so a kind whose CRD
+    came later (TrainJob, when Trainer is added after Katib) is watched only from then on."""
+    from kubernetes import client
+
+    deadline = time.monotonic() + timeout
+    apps = client.AppsV1Api(cluster.api_client())
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    apps.patch_namespaced_deployment(CONTROLLER, NAMESPACE, {"spec": {"template": {"metadata": {
+        "annotations": {"kubectl.kubernetes.io/restartedAt": stamp}}}}})
+    while time.monotonic() < deadline:
+        cluster.check()
+        dep = apps.read_namespaced_deployment(CONTROLLER, NAMESPACE)
+        st = dep.status
+        if (st.observed_generation or 0) >= dep.metadata.generation and \
+                st.updated_replicas == dep.spec.replicas and not st.unavailable_replicas and \
+                (st.replicas or 0) == dep.spec.replicas:
+            break
+        time.sleep(1)
+    wait_available(cluster, CONTROLLER, deadline)
     wait_webhook(cluster, deadline)
 
 

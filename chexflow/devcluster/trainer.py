@@ -205,3 +205,7 @@ def start(cluster: Any, timeout: float = 120) -> None:
     for name in ("jobset", "trainer"):
         cluster._wait_http(f"http://127.0.0.1:{cluster.ports[f'{name}_health']}/readyz", name,
                            deadline)
+    if getattr(cluster, "katib", False):  # Katib started before the TrainJob CRD existed
+        from chexflow.devcluster import katib
+
+        katib.watch_trial_kinds_again(cluster, max(5.0, deadline - time.monotonic()))

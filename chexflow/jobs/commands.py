@@ -137,6 +137,7 @@ def cluster_options_from_args(args: argparse.Namespace):
         gang_scheduling=args.gang_scheduling,
         queue=args.queue,
         volcano_queue=args.volcano_queue,
+        job_kind=args.job_kind,
         min_available=args.min_available,
         run_as_user=args.run_as_user,
     )
@@ -175,8 +176,7 @@ def run_submit(args: argparse.Namespace) -> int:
     result = run_job(
         spec, "kubernetes", namespace=args.namespace, image=args.image,
         service_account=args.service_account, clean_pod_policy=args.clean_pod_policy,
-        options=cluster_options_from_args(args), job_kind=args.job_kind,
-        runtime=args.runtime,
+        options=cluster_options_from_args(args), runtime=args.runtime,
         delete_policy="never" if args.keep else "on-success", stream=sys.stderr,
     )
     print(f"{result.resource} succeeded in {result.wall_seconds:.0f}s")

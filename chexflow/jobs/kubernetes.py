@@ -57,7 +57,14 @@ from chexflow.jobs.render import (
 )
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
-from chexflow.jobs.spec import ClusterOptions, JobCancelled, JobFailed, JobSpec, JobTimeout
+from chexflow.jobs.spec import (
+    JOB_KINDS,
+    ClusterOptions,
+    JobCancelled,
+    JobFailed,
+    JobSpec,
+    JobTimeout,
+)
 from chexflow.jobs.trainjob import CONTAINER as TRAINJOB_CONTAINER
 from chexflow.jobs.trainjob import (
     JOBSET_LABEL,
@@ -79,7 +86,6 @@ from chexflow.kube import (
 )
 
 DELETE_POLICIES = ("always", "on-success", "never")
-JOB_KINDS = ("mpijob", "trainjob")
 # the custom resources this backend creates: kind -> (group, version, plural)
 CUSTOM_KINDS = {"MPIJob": (MPIJOB_GROUP, MPIJOB_VERSION, MPIJOB_PLURAL),
                 "TrainJob": (TRAINJOB_GROUP, TRAINJOB_VERSION, TRAINJOB_PLURAL)}
@@ -128,14 +134,17 @@ class KubernetesBackend:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         watch: bool = True,
-        job_kind: str = "mpijob",
+        job_kind: str | None = None,
         runtime: str | None = None,
     ):
         if delete_policy not in DELETE_POLICIES:
             raise ChexflowError(f"delete_policy must be one of {DELETE_POLICIES}")
-        if job_kind not in JOB_KINDS:
-            raise ChexflowError(f"job_kind {job_kind!r}: expected one of {', '.join(JOB_KINDS)}")
-        self.job_kind = job_kind
+        self.options = options or ClusterOptions()
+        # the kind a Horovod job runs as: `job_kind` if given, else the options' (a pipeline's)
+        self.job_kind = job_kind or self.options.job_kind
+        if self.job_kind not in JOB_KINDS:
+            raise ChexflowError(f"job_kind {self.job_kind!r}: expected one of "
+                                f"{', '.join(JOB_KINDS)}")
         self.runtime = runtime or RUNTIME_NAME  # a TrainJob's ClusterTrainingRuntime
         from kubernetes import client
 
@@ -149,7 +158,6 @@ class KubernetesBackend:
         self.image = image
         self.service_account = service_account
         self.clean_pod_policy = clean_pod_policy
-        self.options = options or ClusterOptions()
         self._failed_attempts: dict[str, str] = {}  # pod/attempt -> its log tail
         self._incidents: dict[str, str] = {}  # what happened to worker pods, once each
         self._workers: dict[str, str] = {}  # worker pod name -> uid last seen

@@ -155,6 +155,9 @@ class JobSpec:
 # A ClusterOptions field with this metadata is also a parameter of every pipeline (KFP STRUCT,
 # LIST, STRING, BOOLEAN or NUMBER_INTEGER after its type), wired into the pipeline's job target.
 PIPELINE_PARAMETER = {"pipeline_parameter": True}
+# How a Horovod job runs on a cluster: an MPIJob (mpi-operator) or a TrainJob (Kubeflow Trainer v2
+# on chexflow's Horovod runtime, trainjob/horovod-runtime.yaml).
+JOB_KINDS = ("mpijob", "trainjob")
 
 
 @dataclass
@@ -162,8 +165,8 @@ class ClusterOptions:
     """What a real cluster asks of a job's pods, beside the JobSpec (the local backend ignores
     it): node selection, GPU-node taints, priority, registry credentials, the Kueue LocalQueue
     (`queue`: label kueue.x-k8s.io/queue-name), gang scheduling (mpi-operator's
-    runPolicy.schedulingPolicy, with `volcano_queue` for Volcano) and the numeric user the pods
-    run as.
+    runPolicy.schedulingPolicy, with `volcano_queue` for Volcano), the numeric user the pods run
+    as and the kind a Horovod job is run as (`job_kind`: mpijob or trainjob).
 
     The one statement of these options: `chexflow job` sets them from its flags, and the fields
     marked PIPELINE_PARAMETER are the pipelines' parameters of the same names (their signatures
@@ -177,10 +180,14 @@ class ClusterOptions:
     # Kueue LocalQueue in the job's namespace; "": not queued by Kueue
     queue: str = field(default="", metadata=PIPELINE_PARAMETER)
     volcano_queue: str = ""  # gang scheduling with Volcano: schedulingPolicy.queue
-    min_available: int = 0  # gang: pods that must start together; 0: all (workers + launcher)
+    job_kind: str = field(default="mpijob", metadata=PIPELINE_PARAMETER)
+    min_available: int = 0  # gang: pods that must start together; 0: the workers
     run_as_user: int = IMAGE_UID
 
     def __post_init__(self) -> None:
+        if self.job_kind not in JOB_KINDS:
+            raise JobSpecError(f"job_kind {self.job_kind!r}: expected one of "
+                               f"{', '.join(JOB_KINDS)}")
         for i, tol in enumerate(self.tolerations):
             where = f"toleration {i} {tol!r}"
             unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}

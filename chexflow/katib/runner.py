@@ -137,7 +137,13 @@ def controller_made_pods(exp: Experiment) -> str | None:
     (an Argo Workflow's templates, a TrainJob's training runtime), so Katib finds the primary
     container only in the pods; None when the trialSpec holds pod templates."""
     spec = exp.trial_spec
-    if not spec or pod_specs(spec.get("spec", {})):
+    pods = pod_specs(spec.get("spec", {})) if spec else []
+    if spec and spec.get("kind") == "TrainJob":
+        # runtimePatches' containers only patch the runtime's (trainer.command runs): pods of
+        # their own only where a container states what to run
+        pods = [p for p in pods if any(c.get("command") or c.get("args")
+                                       for c in p["containers"])]
+    if not spec or pods:
         return None
     return (f"kind {spec.get('kind')} ({spec.get('apiVersion')}) has no pod template: its "
             "controller makes the pods, so the local runner cannot run it; use --cluster, or "

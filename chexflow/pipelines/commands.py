@@ -201,6 +201,11 @@ def run_run(args: argparse.Namespace) -> int:
     if any(w < 1 for w in overrides.get("worker_counts", [1])):
         raise ChexflowError(f"--worker-counts {overrides['worker_counts']}: each must be >= 1")
     overrides.update(check_params(args.pipeline, args.param, params))
+    from chexflow.jobs.spec import ClusterOptions
+
+    # the cluster options (--job-kind, --tolerations, ...) checked before anything starts
+    ClusterOptions.from_dict({k: v for k, v in overrides.items()
+                              if k in ClusterOptions.pipeline_parameters()})
     missing = [p for p in params.values() if p.required and p.name not in NOT_RUN_OPTIONS
                and p.name not in overrides and p.name not in run_defaults(args.pipeline)]
     if missing:
