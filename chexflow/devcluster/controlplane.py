@@ -508,20 +508,28 @@ class LocalCluster:
         self._wait_http(f"http://127.0.0.1:{self.ports['kube_proxy_healthz']}/healthz",
                         "kube-proxy", deadline)
 
-    def _start_reaper(self, supervise: bool = False) -> None:
+    def start_supervisor(self) -> int:
+        """Supervise this running cluster from now on (a process restarting the components that
+        exit, supervise.py); it watches no parent and ends when the cluster is stopped.
+        Returns its process id."""
+        self.supervise = True
+        return self._start_reaper(supervise=True, parent=0)
+
+    def _start_reaper(self, supervise: bool = False, parent: int | None = None) -> int:
         """A detached watcher that stops this cluster (real node included) if this process
         dies without stopping it (chexflow.devcluster.reaper); with `supervise` it also restarts
         components that exit (a detached cluster's: it watches no parent)."""
         import sys
 
-        parent = os.getpid() if self.die_with_parent else 0
+        if parent is None:
+            parent = os.getpid() if self.die_with_parent else 0
         name = "supervisor" if supervise else "reaper"
         with open(self.log_dir / f"{name}.log", "ab") as out:
-            subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
+            return subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
                               str(self.state_dir), str(parent),
                               *(["--supervise"] if supervise else [])], stdout=out,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
+                             start_new_session=True).pid
 
     def _wait_real_node_ready(self, name: str, deadline: float) -> None:
         from kubernetes import client
