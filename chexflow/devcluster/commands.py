@@ -144,6 +144,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     from chexflow.devcluster import supervise
     from chexflow.devcluster.controlplane import LocalCluster
 
+    if not (args.dir / "cluster.json").exists() and (args.dir / "etcd").is_dir():
+        print(f"no cluster runs from {args.dir}; its objects are kept (etcd): `chexflow cluster "
+              f"up --dir {args.dir}` resumes it")
+        return 1
     cluster = LocalCluster.attach(args.dir)
     down = set(supervise.dead(cluster))
     keeper = supervise.supervisor(args.dir)

@@ -159,7 +159,8 @@ class LocalCluster:
                 kubeproxy.claim(self.state_dir, node_bin / "kube-proxy")
                 katib_images = katib.build_images()  # cached; not counted in `timeout`
             deadline = time.monotonic() + timeout
-            self.host = self._prepare_real_node()["node_ip"] if node_bin else "127.0.0.1"
+            self.host = (self._prepare_real_node(keep_images=not fresh)["node_ip"] if node_bin
+                         else "127.0.0.1")
             pki = certs.make_pki(self.state_dir, server_ips=(self.host,) if node_bin else ())
             certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
             for client in ("controller-manager", "scheduler"):
@@ -403,13 +404,22 @@ class LocalCluster:
                 "--threadiness=4", "--kube-api-qps=200", "--kube-api-burst=400",
                 "--controller-queue-rate-limit=100", "--controller-queue-burst=1000"]
 
-    def _prepare_real_node(self) -> dict[str, str]:
-        """The real node's folder and bridge (before the apiserver, which listens there)."""
+    def _prepare_real_node(self, keep_images: bool = False) -> dict[str, str]:
+        """The real node's folder and bridge (before the apiserver, which listens there).
+        `keep_images`: the first node's containerd root (images, and the metadata of containers
+        that no longer run, as after a reboot) stays for the resumed cluster."""
         for stale in realnode.all_nodes(self.state_dir):  # whatever a killed run left
             stale.cleanup()
+            root = stale.dir / "containerd" / "root"
+            aside = self.state_dir / f".{stale.dir.name}-containerd-root"
+            if keep_images and not stale.suffix and root.is_dir():
+                root.rename(aside)
             shutil.rmtree(stale.dir, ignore_errors=True)
+            if aside.is_dir():
+                root.parent.mkdir(parents=True)
+                aside.rename(root)
         node = realnode.RealNode(self.state_dir)
-        node.dir.mkdir(parents=True)
+        node.dir.mkdir(parents=True, exist_ok=True)
         return node.setup_network(SERVICE_CIDR if self.katib else None)
 
     def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:

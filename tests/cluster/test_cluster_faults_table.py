@@ -96,6 +96,10 @@ def _kill_and_recover(state: Path, name: str, timeout: float = 180) -> tuple[flo
                          f"{restarted} s); see {state}/logs/{name}.log, supervisor.log")
 
 
+def _restarts(state: Path) -> dict[str, int]:
+    return {n: p.get("restarts", 0) for n, p in LocalCluster.attach(state).processes.items()}
+
+
 def _job_pods(core, ns: str) -> dict[str, tuple[str, int]]:
     """The job's pods: name -> (uid, container restarts)."""
     pods = core.list_namespaced_pod(ns, label_selector=f"training.kubeflow.org/job-name={JOB}")
@@ -168,16 +172,20 @@ def test_mpijob_on_real_pods_survives_each_control_plane_and_node_process_sigkil
         for name in FAULTS:
             before = _retry(lambda: _job_pods(core, ns))
             epoch = json.loads(state.read_text())["epoch"]
+            counts = _restarts(k8s_cluster.state_dir)
             killed_at = time.monotonic()
             restarted, healthy = _kill_and_recover(k8s_cluster.state_dir, name)
+            time.sleep(3)  # the job makes progress between two faults
             after = _retry(lambda: _job_pods(core, ns))
+            also = [n for n, c in _restarts(k8s_cluster.state_dir).items()
+                    if n != name and c > counts.get(n, 0)]
             lost = {p: after.get(p) for p in before if after.get(p) != before[p]}
             rows.append({"fault": name, "during_epoch": epoch + 1, "at": killed_at,
                          "restarted_after_s": round(restarted, 1),
                          "healthy_after_s": round(healthy, 1),
-                         "job_pods_replaced_or_restarted": sorted(lost)})
+                         "job_pods_replaced_or_restarted": sorted(lost),
+                         "also_restarted": also})
             assert _retry(lambda: _condition(custom, ns)) is None, (name, rows)
-            time.sleep(3)  # the job makes progress between two faults
         cond = None
         deadline = time.monotonic() + 1500
         while cond is None and time.monotonic() < deadline:
