@@ -536,10 +536,10 @@ class LocalCluster:
         name = "supervisor" if supervise else "reaper"
         with open(self.log_dir / f"{name}.log", "ab") as out:
             return subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
-                              str(self.state_dir), str(parent),
-                              *(["--supervise"] if supervise else [])], stdout=out,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True).pid
+                                     str(self.state_dir), str(parent),
+                                     *(["--supervise"] if supervise else [])], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True).pid
 
     def _wait_real_node_ready(self, name: str, deadline: float) -> None:
         from kubernetes import client
