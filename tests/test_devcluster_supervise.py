@@ -66,3 +66,31 @@ def test_nothing_is_restarted_once_a_stop_has_marked_the_folder(tmp_path):
         cluster.stop(grace=2)
     assert not (cluster.state_dir / supervise.STOPPING_FILE).exists()
     assert not (cluster.state_dir / "cluster.json").exists()
+
+
+def test_cluster_status_names_the_component_down_its_restarts_and_how_to_recover(
+        tmp_path, capsys):
+    import argparse
+
+    from chexflow.devcluster.commands import cmd_status
+
+    cluster = _cluster(tmp_path)
+    args = argparse.Namespace(dir=cluster.state_dir)
+    try:
+        assert cmd_status(args) == 0
+        out = capsys.readouterr().out
+        assert "supervised by nobody" in out
+        pid = cluster.processes["etcd"]["pid"]
+        assert any(ln.split()[:4] == ["etcd", "running", "(pid", f"{pid})"] for ln in
+                   out.splitlines()), out
+        _kill(cluster, "kube-scheduler")
+        assert cmd_status(args) == 1
+        out = capsys.readouterr().out
+        assert any(ln.split()[:2] == ["kube-scheduler", "DOWN"] for ln in out.splitlines()), out
+        assert (f"down: kube-scheduler; `chexflow cluster down --dir {cluster.state_dir}` then "
+                f"`chexflow cluster up --dir {cluster.state_dir}`") in out
+    finally:
+        cluster.stop(grace=2)
+    (cluster.state_dir / "etcd").mkdir()  # a stopped cluster's kept objects
+    assert cmd_status(args) == 1
+    assert "`chexflow cluster up --dir" in capsys.readouterr().out
