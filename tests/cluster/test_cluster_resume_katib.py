@@ -29,8 +29,8 @@ def test_a_finished_experiment_and_its_trials_are_there_after_down_and_up_on_the
     ns = katib_namespace
     name = f"kept-{ns[-5:]}"
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(_job_spec(name, katib_base_image,
-                                             'echo "val_auroc=0.75"')))
+    script = 'echo "lr=${trialParameters.lr}"; echo "val_auroc=0.75"'
+    spec.write_text(yaml.safe_dump(_job_spec(name, katib_base_image, script)))
     proc = tune(katib_cluster, spec, ns, tmp_path / "state", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((tmp_path / "state" / "results.json").read_text())
@@ -52,6 +52,7 @@ def test_a_finished_experiment_and_its_trials_are_there_after_down_and_up_on_the
     assert RealNode(katib_cluster.state_dir).has_image(katib_base_image)
     # Katib's webhook (its controller, restarted by the kubelet) admits a new Experiment
     again = tmp_path / "again.yaml"
-    again.write_text(yaml.safe_dump(_job_spec(f"again-{ns[-5:]}", katib_base_image, "true")))
+    again.write_text(yaml.safe_dump(_job_spec(f"again-{ns[-5:]}", katib_base_image,
+                                             'echo "${trialParameters.lr}"')))
     proc = tune(katib_cluster, again, ns, tmp_path / "state2", "--dry-run", timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
