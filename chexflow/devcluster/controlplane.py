@@ -38,6 +38,7 @@ from chexflow.kube import client_from_kubeconfig
 from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
+PORTS_FILE = "ports.json"  # kept after a stop: a resumed cluster listens where it did
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
                "mpi-operator", "containerd", "kubelet", "coredns", "kube-proxy")
 # RFC 2544 benchmarking addresses, never a private range: services here, pods in 198.18.0.0/16
@@ -57,6 +58,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _alive(pid: int, exe: str) -> bool:
@@ -147,11 +157,15 @@ class LocalCluster:
         for stale in (STATE_FILE, supervise.STOPPING_FILE, supervise.SUPERVISOR_FILE):
             (self.state_dir / stale).unlink(missing_ok=True)  # left by a crash
         self.log_dir.mkdir(exist_ok=True)
-        self.ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver",
-                                               "controller_manager", "scheduler", "kwok",
-                                               "mpi_health", "kubelet", "kubelet_healthz",
-                                               "coredns_health", "coredns_ready",
-                                               "kube_proxy_healthz", "kube_proxy_metrics")}
+        old: dict[str, int] = {}
+        if not fresh:  # a resumed cluster keeps its ports where free: kubeconfigs stay valid
+            with contextlib.suppress(OSError, ValueError):
+                old = json.loads((self.state_dir / PORTS_FILE).read_text())
+        self.ports = {k: old[k] if k in old and _port_free(old[k]) else free_port()
+                      for k in ("etcd", "etcd_peer", "apiserver", "controller_manager",
+                                "scheduler", "kwok", "mpi_health", "kubelet", "kubelet_healthz",
+                                "coredns_health", "coredns_ready", "kube_proxy_healthz",
+                                "kube_proxy_metrics")}
         self.processes = {}
         self.ready = False
         try:
@@ -266,6 +280,7 @@ class LocalCluster:
         tmp = self.state_dir / f".{STATE_FILE}.{os.getpid()}"  # readers never see half of it
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_dir / STATE_FILE)
+        (self.state_dir / PORTS_FILE).write_text(json.dumps(self.ports))
 
     def _refresh(self) -> None:
         """The processes as cluster.json records them now: a supervisor may have restarted

@@ -87,11 +87,13 @@ def test_detached_cluster_restarts_killed_components_and_resumes_its_objects(tmp
         status = _cli("status", "--dir", str(state), check=False)
         assert status.returncode == 1, status.stdout
         assert "down: kwok;" in status.stdout and "cluster up --dir" in status.stdout
+        server = LocalCluster.attach(state).server
         _cli("down", "--dir", str(state))
         status = _cli("status", "--dir", str(state), check=False)
         assert status.returncode == 1 and "resumes it" in status.stdout, status.stdout
         # resume: the same folder, the objects are back
         _cli(*up)
+        assert LocalCluster.attach(state).server == server  # the same port: kubeconfigs hold
         assert _configmap(state, "kept") == {"k": "v"}
         _cli("down", "--dir", str(state))
         _cli(*up, "--fresh")
