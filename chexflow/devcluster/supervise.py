@@ -84,6 +84,8 @@ def supervisor(state_dir: Path) -> dict | None:
     try:
         info = json.loads(path.read_text())
         os.kill(info["pid"], 0)
-    except (OSError, ValueError, KeyError):
+        # a killed supervisor not yet reaped by its new parent is a zombie: not alive
+        state = Path(f"/proc/{info['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, KeyError, IndexError):
         return None
-    return info
+    return None if state == "Z" else info
