@@ -2,7 +2,8 @@
 
     chexflow cluster up                 # builds binaries on first use, then starts (~20 s)
     eval "$(chexflow cluster env)"      # export KUBECONFIG=...
-    chexflow cluster down
+    chexflow cluster status             # which components run, which are down, restarts
+    chexflow cluster down               # a later `up` resumes it with its objects (--fresh: not)
     chexflow images build trainer --load     # build (cached by content), load into the cluster
     chexflow images build katib              # Katib's five images (katib_images.py)
 """
@@ -67,8 +68,17 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
                          "with it (PodGroups)")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument("--foreground", action="store_true",
-                    help="stay attached; Ctrl-C stops the cluster")
+                    help="stay attached (restarting components that exit); Ctrl-C stops the "
+                         "cluster")
+    up.add_argument("--fresh", action="store_true",
+                    help="start from an empty etcd (by default a state folder used before is "
+                         "resumed with its objects: Deployments, MPIJobs, Experiments)")
     up.set_defaults(func=cmd_up)
+
+    status = sub.add_parser("status", help="which components run, which are down (and how to "
+                            "recover), with restart counts; exit 1 when one is down")
+    _dir_arg(status)
+    status.set_defaults(func=cmd_status)
 
     down = sub.add_parser("down", help="stop the cluster started from --dir")
     _dir_arg(down)
@@ -95,7 +105,7 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from chexflow.devcluster import realnode
+    from chexflow.devcluster import realnode, supervise
     from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
 
     if args.nodes < 1 or args.gpus_per_node < 0 or args.real_nodes < 1:
@@ -108,8 +118,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                            real_node=args.real_node, katib=args.katib,
                            real_nodes=args.real_nodes, trainer=args.trainer, kueue=args.kueue,
-                           coscheduling=args.coscheduling)
-    cluster.start(timeout=args.timeout)
+                           coscheduling=args.coscheduling, supervise=not args.foreground)
+    resumed = not args.fresh and (args.dir / "etcd").is_dir()
+    cluster.start(timeout=args.timeout, fresh=args.fresh)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
           f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
           + (f", real node(s) {', '.join(n.name for n in realnode.all_nodes(cluster.state_dir))}"
@@ -117,17 +128,22 @@ def cmd_up(args: argparse.Namespace) -> int:
           + (", Katib in namespace kubeflow" if args.katib else "")
           + (", Kubeflow Trainer v2 and JobSet" if args.trainer else "")
           + (", Kueue (ClusterQueue chexflow)" if args.kueue else "")
-          + (", Coscheduling scheduler" if args.coscheduling else ""), file=sys.stderr)
+          + (", Coscheduling scheduler" if args.coscheduling else "")
+          + (f"; resumed the objects in {args.dir / 'etcd'}" if resumed else ""),
+          file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     if not args.foreground:
         return 0
-    print("Ctrl-C stops it", file=sys.stderr)
+    print("Ctrl-C stops it; components that exit are restarted", file=sys.stderr)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         while True:
-            time.sleep(2)
-            cluster.check()
+            time.sleep(1)
+            for name in supervise.restart_dead(cluster):
+                print(f"{time.strftime('%H:%M:%S')} {name} exited: restarted (restart "
+                      f"{cluster.processes[name]['restarts']}; see {cluster.log_dir}/{name}.log)",
+                      file=sys.stderr)
     except KeyboardInterrupt:
         pass
     finally:
@@ -142,6 +158,33 @@ def cmd_down(args: argparse.Namespace) -> int:
     cluster = LocalCluster.attach(args.dir)
     cluster.stop()
     print(f"cluster in {args.dir} stopped", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from chexflow.devcluster import supervise
+    from chexflow.devcluster.controlplane import LocalCluster
+
+    if not (args.dir / "cluster.json").exists() and (args.dir / "etcd").is_dir():
+        print(f"no cluster runs from {args.dir}; its objects are kept (etcd): `chexflow cluster "
+              f"up --dir {args.dir}` resumes it")
+        return 1
+    cluster = LocalCluster.attach(args.dir)
+    down = set(supervise.dead(cluster))
+    keeper = supervise.supervisor(args.dir)
+    print(f"cluster in {args.dir}: {cluster.server}; supervised by "
+          + (f"pid {keeper['pid']}" if keeper else "nobody (a `cluster up --foreground` "
+             "restarts what exits while it runs)"))
+    for name in reversed(cluster._stop_order()):
+        proc = cluster.processes[name]
+        state = "DOWN" if name in down else f"running (pid {proc['pid']})"
+        print(f"  {name:<24} {state:<22} restarts {proc.get('restarts', 0)}")
+    if down:
+        how = ("the supervisor restarts it within seconds" if keeper else
+               f"`chexflow cluster down --dir {args.dir}` then `chexflow cluster up --dir "
+               f"{args.dir}` (resumes with the objects)")
+        print(f"down: {', '.join(sorted(down))}; {how}; logs in {cluster.log_dir}/")
+        return 1
     return 0
 
 

@@ -44,12 +44,14 @@ from chexflow.devcluster import (
     kueue,
     nodes,
     realnode,
+    supervise,
 )
 from chexflow.errors import ChexflowError
 from chexflow.kube import client_from_kubeconfig
 from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
+PORTS_FILE = "ports.json"  # kept after a stop: a resumed cluster listens where it did
 START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
                "coscheduling-scheduler", "podgroup-controller", "mpi-operator", "kueue",
                "containerd", "kubelet", "coredns", "kube-proxy")
@@ -71,6 +73,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # as Go's listeners do: a port left in TIME_WAIT by the stopped cluster is free to them
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _alive(pid: int, exe: str) -> bool:
@@ -125,6 +138,11 @@ class LocalCluster:
     host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=dict)
     processes: dict[str, dict] = field(default_factory=dict)
+    # True: once started, a supervisor process (reaper --supervise) restarts components that
+    # exit (supervise.py); `chexflow cluster up` detached sets it, --foreground supervises itself
+    supervise: bool = False
+    # set once start() has finished: a supervisor restarts nothing before
+    ready: bool = False
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
@@ -145,9 +163,12 @@ class LocalCluster:
         return self.state_dir / "logs"
 
     # ---- lifecycle -----------------------------------------------------------------------------
-    def start(self, timeout: float = 180) -> LocalCluster:
+    def start(self, timeout: float = 180, fresh: bool = False) -> LocalCluster:
         """Start every component and wait until nodes are Ready and the default ServiceAccount
-        exists; on failure everything started is stopped and the error names the component."""
+        exists; on failure everything started is stopped and the error names the component.
+
+        A state folder used before (stopped, or left by a crash) is resumed: etcd's data and the
+        PKI are kept, so the objects are still there; `fresh` starts from an empty etcd."""
         if self.running():
             raise DevClusterError(f"a cluster is already running from {self.state_dir}: "
                                f"run `chexflow cluster down --dir {self.state_dir}` first")
@@ -157,18 +178,25 @@ class LocalCluster:
             realnode.check_requirements()
             node_bin = binaries.ensure_node_binaries()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("etcd", "logs"):
-            shutil.rmtree(self.state_dir / stale, ignore_errors=True)
-        self.log_dir.mkdir()
-        self.ports = {k: free_port() for k in ("etcd", "etcd_peer", "apiserver",
-                                               "controller_manager", "scheduler", "kwok",
-                                               "mpi_health", "kubelet", "kubelet_healthz",
-                                               "coredns_health", "coredns_ready",
-                                               "kube_proxy_healthz", "kube_proxy_metrics",
-                                               "kueue_health", "kueue_metrics",
-                                               "kueue_webhook", "coscheduling",
-                                               "podgroup_metrics", "podgroup_health")}
+        if fresh:
+            for stale in ("etcd", "logs"):
+                shutil.rmtree(self.state_dir / stale, ignore_errors=True)
+        for stale in (STATE_FILE, supervise.STOPPING_FILE, supervise.SUPERVISOR_FILE):
+            (self.state_dir / stale).unlink(missing_ok=True)  # left by a crash
+        self.log_dir.mkdir(exist_ok=True)
+        old: dict[str, int] = {}
+        if not fresh:  # a resumed cluster keeps its ports where free: kubeconfigs stay valid
+            with contextlib.suppress(OSError, ValueError):
+                old = json.loads((self.state_dir / PORTS_FILE).read_text())
+        self.ports = {k: old[k] if k in old and _port_free(old[k]) else free_port()
+                      for k in ("etcd", "etcd_peer", "apiserver", "controller_manager",
+                                "scheduler", "kwok", "mpi_health", "kubelet", "kubelet_healthz",
+                                "coredns_health", "coredns_ready", "kube_proxy_healthz",
+                                "kube_proxy_metrics", "kueue_health", "kueue_metrics",
+                                "kueue_webhook", "coscheduling", "podgroup_metrics",
+                                "podgroup_health")}
         self.processes = {}
+        self.ready = False
         try:
             if self.katib:  # before anything starts: refused at once when another cluster has it
                 kubeproxy.claim(self.state_dir, node_bin / "kube-proxy")
@@ -178,7 +206,8 @@ class LocalCluster:
             if self.coscheduling:
                 cosched_bin = coscheduling.ensure_binaries()  # cached; not counted either
             deadline = time.monotonic() + timeout
-            self.host = self._prepare_real_node()["node_ip"] if node_bin else "127.0.0.1"
+            self.host = (self._prepare_real_node(keep_images=not fresh)["node_ip"] if node_bin
+                         else "127.0.0.1")
             pki = certs.make_pki(self.state_dir, server_ips=(self.host,) if node_bin else ())
             certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
             for client in ("controller-manager", "scheduler"):
@@ -216,12 +245,16 @@ class LocalCluster:
                 self._start_kueue(kueue_bin, pki, deadline)
             if node_bin:
                 if self.die_with_parent:
-                    self._start_reaper()
+                    self._start_reaper(supervise=self.supervise)
                 self._start_real_node(node_bin, pki, deadline)
             if katib_images:
                 katib.deploy(self, katib_images, timeout=max(5.0, deadline - time.monotonic()))
             if self.trainer:
                 self.add_trainer(timeout=max(5.0, deadline - time.monotonic()))
+            if self.supervise and not (node_bin and self.die_with_parent):
+                self._start_reaper(supervise=True)
+            self.ready = True
+            self.save()
         except BaseException:
             self.stop()
             raise
@@ -229,7 +262,12 @@ class LocalCluster:
 
     def stop(self, grace: float = 10) -> None:
         """Stop the components one by one in reverse start order (SIGTERM, then SIGKILL after
-        `grace` s): the apiserver exits in about a second while etcd is still there."""
+        `grace` s): the apiserver exits in about a second while etcd is still there. A
+        supervisor restarts nothing from then on (it waits for the lock, then sees the mark)."""
+        if self.state_dir.exists():
+            with supervise.locked(self.state_dir):
+                (self.state_dir / supervise.STOPPING_FILE).touch()
+        self._refresh()
         for name in self._stop_order():
             proc = self.processes.get(name)
             if not proc or not _alive(proc["pid"], proc["exe"]):
@@ -250,6 +288,7 @@ class LocalCluster:
             kubeproxy.release(self.state_dir)
         self.processes = {}
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+        (self.state_dir / supervise.STOPPING_FILE).unlink(missing_ok=True)
 
     def _stop_order(self) -> list[str]:
         """The recorded processes, the last in START_ORDER first; an extra real node's
@@ -262,11 +301,13 @@ class LocalCluster:
 
     def running(self) -> bool:
         """True when any recorded component process is alive."""
+        self._refresh()
         return any(_alive(p["pid"], p["exe"]) for p in self.processes.values())
 
     def check(self) -> None:
         """Raise DevClusterError naming any component that has exited."""
-        dead = [n for n, p in self.processes.items() if not _alive(p["pid"], p["exe"])]
+        self._refresh()
+        dead = supervise.dead(self)
         if dead:
             raise DevClusterError(f"component(s) exited: {', '.join(dead)}; "
                                f"see {self.log_dir}/<component>.log")
@@ -285,8 +326,21 @@ class LocalCluster:
                  "real_nodes": self.real_nodes, "trainer": self.trainer, "katib": self.katib,
                  "kueue": self.kueue, "coscheduling": self.coscheduling, "host": self.host,
                  "ports": self.ports,
-                 "processes": self.processes}
-        (self.state_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
+                 "processes": self.processes, "ready": self.ready}
+        tmp = self.state_dir / f".{STATE_FILE}.{os.getpid()}"  # readers never see half of it
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_dir / STATE_FILE)
+        (self.state_dir / PORTS_FILE).write_text(json.dumps(self.ports))
+
+    def _refresh(self) -> None:
+        """The processes as cluster.json records them now: a supervisor may have restarted
+        some (new process ids, restart counts) since this object last saw them."""
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            self.processes = json.loads((self.state_dir / STATE_FILE).read_text())["processes"]
+
+    def restart(self, name: str, reason: str = "exited") -> None:
+        """Start component `name` again with its recorded exe, args and env (supervise.py)."""
+        supervise.restart(self, name, reason)
 
     @classmethod
     def attach(cls, state_dir: Path) -> LocalCluster:
@@ -303,7 +357,7 @@ class LocalCluster:
                    kueue=state.get("kueue", False),
                    coscheduling=state.get("coscheduling", False),
                    host=state.get("host", "127.0.0.1"), ports=state["ports"],
-                   processes=state["processes"])
+                   processes=state["processes"], ready=state.get("ready", True))
 
     # ---- clients -------------------------------------------------------------------------------
     def api_client(self):
@@ -319,6 +373,7 @@ class LocalCluster:
                exe: Path | str | None = None) -> None:
         exe = str(exe or self.bin_dir / name)
         log = self.log_dir / f"{name}.log"
+        self._refresh()
         with open(log, "ab") as out:
             proc = subprocess.Popen([exe, *args], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True,
@@ -328,7 +383,7 @@ class LocalCluster:
                                          **(env or {})},
                                     preexec_fn=die_with_parent() if self.die_with_parent else None)
         self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log),
-                                "args": args}
+                                "args": args, **({"env": env} if env else {})}
         self.save()
 
     def _reap(self, pid: int) -> None:
@@ -451,13 +506,22 @@ class LocalCluster:
         kueue.create_queues(api, self.nodes, self.gpus_per_node, deadline)
         kueue.wait_cluster_queue_active(api, kueue.CLUSTER_QUEUE, deadline)
 
-    def _prepare_real_node(self) -> dict[str, str]:
-        """The real node's folder and bridge (before the apiserver, which listens there)."""
+    def _prepare_real_node(self, keep_images: bool = False) -> dict[str, str]:
+        """The real node's folder and bridge (before the apiserver, which listens there).
+        `keep_images`: the first node's containerd root (images, and the metadata of containers
+        that no longer run, as after a reboot) stays for the resumed cluster."""
         for stale in realnode.all_nodes(self.state_dir):  # whatever a killed run left
             stale.cleanup()
+            root = stale.dir / "containerd" / "root"
+            aside = self.state_dir / f".{stale.dir.name}-containerd-root"
+            if keep_images and not stale.suffix and root.is_dir():
+                root.rename(aside)
             shutil.rmtree(stale.dir, ignore_errors=True)
+            if aside.is_dir():
+                root.parent.mkdir(parents=True)
+                aside.rename(root)
         node = realnode.RealNode(self.state_dir)
-        node.dir.mkdir(parents=True)
+        node.dir.mkdir(parents=True, exist_ok=True)
         return node.setup_network(SERVICE_CIDR if self.katib else None)
 
     def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:
@@ -566,16 +630,28 @@ class LocalCluster:
         self._wait_http(f"http://127.0.0.1:{self.ports['kube_proxy_healthz']}/healthz",
                         "kube-proxy", deadline)
 
-    def _start_reaper(self) -> None:
+    def start_supervisor(self) -> int:
+        """Supervise this running cluster from now on (a process restarting the components that
+        exit, supervise.py); it watches no parent and ends when the cluster is stopped.
+        Returns its process id."""
+        self.supervise = True
+        return self._start_reaper(supervise=True, parent=0)
+
+    def _start_reaper(self, supervise: bool = False, parent: int | None = None) -> int:
         """A detached watcher that stops this cluster (real node included) if this process
-        dies without stopping it (chexflow.devcluster.reaper)."""
+        dies without stopping it (chexflow.devcluster.reaper); with `supervise` it also restarts
+        components that exit (a detached cluster's: it watches no parent)."""
         import sys
 
-        with open(self.log_dir / "reaper.log", "ab") as out:
-            subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
-                              str(self.state_dir), str(os.getpid())], stdout=out,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True)
+        if parent is None:
+            parent = os.getpid() if self.die_with_parent else 0
+        name = "supervisor" if supervise else "reaper"
+        with open(self.log_dir / f"{name}.log", "ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
+                                     str(self.state_dir), str(parent),
+                                     *(["--supervise"] if supervise else [])], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True).pid
 
     def _wait_real_node_ready(self, name: str, deadline: float) -> None:
         from kubernetes import client
@@ -631,8 +707,7 @@ class LocalCluster:
                 kwok = self.processes["kwok"]
                 if _alive(kwok["pid"], kwok["exe"]) or attempt == KWOK_START_ATTEMPTS:
                     raise
-                self._reap(kwok["pid"])
-                self._spawn("kwok", kwok["args"], exe=kwok["exe"])
+                self.restart("kwok")
 
     def _wait_apiserver(self, deadline: float) -> None:
         self._wait_http(f"{self.server}/readyz", "kube-apiserver", deadline, self._ssl_context())

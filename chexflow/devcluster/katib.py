@@ -163,6 +163,9 @@ def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
         try:
             utils.create_from_dict(api, doc)
         except utils.FailToCreateError as e:
+            if all(x.status == 409 for x in e.api_exceptions):  # a resumed cluster's
+                _update_existing(api, doc)
+                continue
             reason = "; ".join(f"{x.status} {x.reason}: {x.body}" for x in e.api_exceptions)
             raise KatibError(f"{doc['kind']} {doc['metadata']['name']}: {reason}") from e
     deadline = time.monotonic() + timeout
@@ -194,6 +197,21 @@ def watch_trial_kinds_again(cluster, timeout: float = 120) -> None:
         time.sleep(1)
     wait_available(cluster, CONTROLLER, deadline)
     wait_webhook(cluster, deadline)
+
+
+def _update_existing(api, doc: dict) -> None:
+    """An object a resumed cluster already has: Deployments and ConfigMaps (the image refs of
+    this tree) are merge-patched; the rest is kept as it is (the webhook configurations hold
+    the caBundle the controller injected)."""
+    from kubernetes import dynamic
+
+    if doc["kind"] not in ("Deployment", "ConfigMap"):
+        return
+    resource = dynamic.DynamicClient(api).resources.get(api_version=doc["apiVersion"],
+                                                        kind=doc["kind"])
+    resource.patch(body=doc, name=doc["metadata"]["name"],
+                   namespace=doc["metadata"].get("namespace"),
+                   content_type="application/merge-patch+json")
 
 
 def wait_available(cluster, name: str, deadline: float) -> None:
