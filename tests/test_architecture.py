@@ -43,11 +43,26 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def _runtime_nodes(tree: ast.AST):
+    """Every node of the tree but those under `if TYPE_CHECKING:` (imports for type hints
+    only, which run never and so make no cycle)."""
+    for node in ast.iter_child_nodes(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        if test is not None and "TYPE_CHECKING" in ast.unparse(test):
+            for other in node.orelse:
+                yield other
+                yield from _runtime_nodes(other)
+            continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
 def imported_names(path: Path, module: str) -> list[str]:
-    """Every module the file imports, wherever the import statement is."""
+    """Every module the file imports, wherever the import statement is (type-checking-only
+    imports aside)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -299,6 +299,11 @@ class LocalCluster:
             return rank.get(name, rank.get(name.rsplit("-", 1)[0], len(rank)))
         return sorted(self.processes, key=key, reverse=True)
 
+    def component_alive(self, name: str) -> bool:
+        """True when the recorded process of component `name` still runs."""
+        proc = self.processes[name]
+        return _alive(proc["pid"], proc["exe"])
+
     def running(self) -> bool:
         """True when any recorded component process is alive."""
         self._refresh()

@@ -44,10 +44,7 @@ def locked(state_dir: Path) -> Iterator[None]:
 
 def dead(cluster: LocalCluster) -> list[str]:
     """The recorded components whose process has exited, in start order."""
-    from chexflow.devcluster.controlplane import _alive
-
-    return [n for n in reversed(cluster._stop_order())
-            if not _alive(cluster.processes[n]["pid"], cluster.processes[n]["exe"])]
+    return [n for n in reversed(cluster._stop_order()) if not cluster.component_alive(n)]
 
 
 def restart(cluster: LocalCluster, name: str, reason: str = "exited") -> None:
