@@ -4,7 +4,8 @@ SIGKILLed one at a time; the supervisor (LocalCluster.start_supervisor) restarts
 recorded arguments, and the job must still end Succeeded with every epoch in a whole
 metrics.json. The table (fault, seconds until restarted and healthy again, the job's pods
 restarted, and the seconds its epoch took beyond the median of the fault-free epochs after the
-last fault) is written to docs/cluster-faults.json, which docs/local-cluster.md quotes.
+last fault) is written beside the test's data (to docs/cluster-faults.json, which
+docs/local-cluster.md quotes, with CHEXFLOW_RECORD_FAULT_TABLE=1).
 
 Katib's components (controller, db-manager, MySQL, a suggestion pod) are pods on the Katib
 cluster and are not in this table."""
@@ -38,6 +39,8 @@ CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
 FAULTS = ("etcd", "kube-apiserver", "kube-scheduler", "mpi-operator", "kubelet", "containerd")
 EPOCHS = 12  # the faults fall in epochs 2-7 or so; the later ones are the baseline
 JOB = "faults"
+# the table docs/local-cluster.md quotes; a run writes it there only when asked
+# (CHEXFLOW_RECORD_FAULT_TABLE=1), so `make test` leaves the tree as it was
 TABLE = REPO_ROOT / "docs" / "cluster-faults.json"
 
 
@@ -218,7 +221,9 @@ def test_mpijob_on_real_pods_survives_each_control_plane_and_node_process_sigkil
     restarts = {n: p.get("restarts", 0)
                 for n, p in LocalCluster.attach(k8s_cluster.state_dir).processes.items()}
     assert all(restarts[n] >= 1 for n in FAULTS), restarts
-    TABLE.write_text(json.dumps({
+    table = TABLE if os.environ.get("CHEXFLOW_RECORD_FAULT_TABLE") == "1" else \
+        real_namespace[1].parent / "cluster-faults.json"
+    table.write_text(json.dumps({
         "measured": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
         "load_average_1m": round(os.getloadavg()[0], 1), "cores": os.cpu_count(),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
