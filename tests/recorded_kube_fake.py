@@ -32,7 +32,8 @@ class Recorded:
 class _Resp:
     def __init__(self, status: int, payload: object):
         self.status = status
-        self.reason = {200: "OK", 201: "Created", 404: "Not Found", 409: "Conflict"}.get(
+        self.reason = {200: "OK", 201: "Created", 403: "Forbidden", 404: "Not Found",
+                       409: "Conflict"}.get(
             status, "Error"
         )
         data = payload if isinstance(payload, str) else json.dumps(payload)
@@ -62,6 +63,12 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
     failures: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (reason, msg)
     # job name -> its pod's status (a V1PodStatus dict), or None: the job has no pod
     pod_status: dict[str, dict | None] = field(default_factory=dict)
+    # job name -> its pods as the API returns them (metadata, spec, status): instead of the one
+    # pod made from pod_status
+    pods: dict[str, list[dict]] = field(default_factory=dict)
+    # the cluster's Nodes (V1Node dicts); None: listing Nodes is forbidden (403), as for
+    # mpijob/rbac.yaml's service account
+    nodes: list[dict] | None = None
     # (METHOD, path regex, HTTP status): answered once each, in order, before real handling
     inject: list[tuple[str, str, int]] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
@@ -109,6 +116,11 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
                 return 200, {"kind": "ClusterTrainingRuntime", "metadata": {"name": m.group(1)}}
             return 404, {"kind": "Status", "reason": "NotFound", "message":
                          f'clustertrainingruntimes.trainer.kubeflow.org "{m.group(1)}" not found'}
+        if path == "/api/v1/nodes" and method == "GET":
+            if self.nodes is None:
+                return 403, {"kind": "Status", "reason": "Forbidden", "message":
+                             'nodes is forbidden: cannot list resource "nodes"'}
+            return 200, {"apiVersion": "v1", "kind": "NodeList", "items": self.nodes}
         m = re.match(r"^/api/v1/namespaces/([^/]+)/pods$", path)
         if m and method == "GET":
             return 200, self._pods(m.group(1), query.get("labelSelector", ""))
@@ -172,6 +184,9 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
         items = []
         for (jns, name), _job in self.jobs.items():
             if jns != ns:
+                continue
+            if name in self.pods and name in selector:
+                items.extend(self.pods[name])
                 continue
             if labels.get("training.kubeflow.org/job-name") == name:
                 pod_name = f"{name}-launcher"

@@ -26,6 +26,7 @@ MAY_NOT_START = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError
 # scheduler-plugins' Coscheduling: a gang that does not fit yet ("podGroup NS/NAME failed
 # recently", "... is unschedulable even after PostFilter") waits like a pod on a full cluster;
 # "cannot find enough sibling pods" (minAvailable above the job's pods) is the spec's fault.
+# A job no empty cluster could hold either is told apart at once by capacity.py (Nodes' GPUs).
 FULL_CLUSTER = ("Insufficient", "Too many pods", "free ports", "node.kubernetes.io/",
                 "were unschedulable", "unbound immediate PersistentVolumeClaims",
                 "failed recently", "unschedulable even after PostFilter")

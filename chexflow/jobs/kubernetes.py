@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 import chexflow.jobs.diagnosis as diagnosis
 from chexflow.errors import ChexflowError
+from chexflow.jobs.capacity import never_fits, node_gpus, pod_gpus
 from chexflow.jobs.diagnosis import (
     BAD_INPUT_GRACE_SECONDS,
     Blocker,
@@ -303,6 +304,7 @@ class KubernetesBackend:
         deadline = self.clock() + timeout_seconds
         last_state = last_queue = None
         blocked_since: dict[str, float] = {}  # Blocker.what -> when first seen
+        sized = False  # the job's GPUs were checked against the cluster's nodes
         while True:
             current = self.get(kind, name)
             queued, last_queue = self.queued(kind, current, last_queue)
@@ -322,6 +324,12 @@ class KubernetesBackend:
             self.note_failed_attempts(kind, name, pods)
             self.note_workers(name, pods)
             blockers = self.blockers(obj, pods)
+            if not sized and any(b.unschedulable for b in blockers):
+                sized = True
+                never = self.never_fits(name, pods)
+                if never:
+                    raise JobUnschedulable(f"{kind} {self.namespace}/{name} can never be "
+                                           f"scheduled: {never}; it was deleted")
             now = self.clock()
             blocked_since = {b.what: blocked_since.get(b.what, now) for b in blockers}
             for b in blockers:
@@ -395,6 +403,23 @@ class KubernetesBackend:
         left = end - self.clock()
         if left > 0:
             self.sleep(left)
+
+    def never_fits(self, name: str, pods: list) -> str | None:
+        """Why the job's pods can never all be placed, even on an empty cluster (capacity.py),
+        or None. Without the right to list Nodes (mpijob/rbac.yaml grants none) nothing is
+        known: the scheduler's reason then ends the wait only after the grace."""
+        from kubernetes.client.rest import ApiException
+
+        live = [p for p in pods if not p.metadata.deletion_timestamp
+                and (p.status is None or p.status.phase not in ("Succeeded", "Failed"))]
+        try:
+            listed = self._call(self.core.list_node).items
+        except ApiException as e:
+            self._log(name, f"no Nodes to size the job against (HTTP {e.status} {e.reason}): "
+                            f"a pod the cluster could never hold is told from a full cluster "
+                            f"only after {diagnosis.SCHEDULING_GRACE_SECONDS}s")
+            return None
+        return never_fits([pod_gpus(p) for p in live], [node_gpus(n) for n in listed])
 
     def _cannot_start(self, kind: str, name: str, b: Blocker, waited: float) -> JobCannotStart:
         job = f"{kind} {self.namespace}/{name}"

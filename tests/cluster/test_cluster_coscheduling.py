@@ -1,7 +1,9 @@
 """Gang scheduling that really happens: scheduler-plugins' Coscheduling scheduler beside the
 default one and mpi-operator with --gang-scheduling, on kwok GPU nodes. Two gang-scheduled
 MPIJobs that together need more GPUs than exist: one runs whole, the other waits whole (no
-worker of it placed), then runs whole when the first ends.
+worker of it placed), then runs whole when the first ends. A gang larger than the whole cluster
+ends chexflow's wait in seconds with one line (chexflow/jobs/capacity.py). The same pair without
+gang scheduling: test_cluster_partial_placement.py.
 
 A cluster of its own: 2 kwok nodes x 8 GPUs; each job asks 3 workers x 4 GPUs (12 of 16).
 """
@@ -17,7 +19,7 @@ import pytest
 
 from chexflow.devcluster import coscheduling, nodes
 from chexflow.devcluster.controlplane import LocalCluster
-from chexflow.jobs.kubernetes import KubernetesBackend
+from chexflow.jobs.kubernetes import JobUnschedulable, KubernetesBackend
 from chexflow.jobs.spec import ClusterOptions, JobSpec
 
 pytestmark = pytest.mark.cluster
@@ -121,3 +123,35 @@ def wait_running_launcher(core, ns: str, job: str) -> str:
             return running[0]
         time.sleep(0.5)
     raise AssertionError(f"no Running launcher of {job}")
+
+
+def test_a_gang_larger_than_the_whole_cluster_ends_in_seconds_with_one_line(gang_cluster):
+    """3 workers x 8 GPUs on 2 nodes x 8: Coscheduling can never place the gang; chexflow says
+    so from the Nodes' allocatable, not after the full-cluster grace, and deletes the job."""
+    from kubernetes import client
+
+    api = gang_cluster.api_client()
+    core = client.CoreV1Api(api)
+    ns = "gang-never"
+    core.create_namespace({"metadata": {"name": ns}})
+    be = KubernetesBackend(namespace=ns, api_client=api, poll_seconds=0.5, stream=io.StringIO(),
+                           options=ClusterOptions(gang_scheduling=True))
+    spec = JobSpec(name="gang-huge", command=["chexflow", "train"], horovod=True, workers=3,
+                   gpus_per_worker=8, env={nodes.OUTCOME_ENV: "hold"}, timeout_seconds=300)
+    start = time.monotonic()
+    with pytest.raises(JobUnschedulable) as err:
+        be.run(spec)
+    took = time.monotonic() - start
+    print(f"{err.value} (after {took:.1f} s)", file=sys.stderr)
+    assert str(err.value) == (
+        "MPIJob gang-never/gang-huge can never be scheduled: its 3 pods ask 3 x 8 = 24 "
+        "nvidia.com/gpu; the cluster has 16 in all (2 nodes, at most 8 on one); it was deleted")
+    assert took < 30
+    deadline = time.monotonic() + 60
+    while core.list_namespaced_pod(ns).items and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert core.list_namespaced_pod(ns).items == []
+    left = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL)["items"]
+    assert [j for j in left if not j["metadata"].get("deletionTimestamp")] == []
+    core.delete_namespace(ns)
