@@ -120,6 +120,40 @@ def test_trainjob_on_chexflows_runtime_trains_densenet_with_horovod_size_2_on_re
     assert conds.get("Complete") == "True", job["status"]
 
 
+# the pipeline's three steps on real pods limited to 750m CPU: minutes on 2 shared cores
+@pytest.mark.timeout(2400)
+def test_chexnet_train_pipeline_with_job_kind_trainjob_ends_with_auroc_and_the_report(
+        trainer_cluster, k8s_api, real_namespace, trainer_image):
+    """`chexflow run chexnet-train --backend kubernetes --job-kind trainjob`: preprocess and
+    evaluate run as Jobs, the training step as a TrainJob on chexflow's runtime (two nodes,
+    Horovod size 2), and the run ends with the test AUROC and the HTML report."""
+    from pathlib import Path
+
+    ns, shared = real_namespace
+    proc = subprocess.run(
+        [*CHEXFLOW, "run", "chexnet-train", "--backend", "kubernetes", "--namespace", ns,
+         "--job-kind", "trainjob", "--data-pvc", "data", "--pvc-host-path", str(shared),
+         "--trainer-image", trainer_image, "--epochs", "1", "--workers", "2",
+         "--image-size", "64", "--batch-size", "4", "--steps-per-epoch", "2",
+         "--validation-steps", "2", "--cpu-per-worker", "750m", "--memory-per-worker", "3Gi",
+         "--weights", "none", "--bootstrap", "50", "--timeout-seconds", "1500"],
+        cwd=REPO_ROOT, env=_env(trainer_cluster), capture_output=True, text=True,
+        timeout=2100)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "mean test AUROC" in proc.stdout, proc.stdout
+    (run_dir,) = (shared / "runs").glob("chexnet-train-*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    evaluation = summary["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"]
+    assert 0 <= evaluation["auroc_mean"] <= 1, evaluation
+    (report,) = summary["reports"]
+    assert "<html" in Path(report).read_text().lower()
+    (workdir,) = Path(summary["work_dir"]).iterdir()
+    metrics = json.loads((workdir / "train-w2" / "metrics.json").read_text())
+    assert metrics["workers"] == 2, metrics  # Horovod size 2 across the TrainJob's two nodes
+    train_log = (run_dir / "logs" / "train-op.log").read_text()
+    assert "TrainJob/train-w2-" in train_log and "val_auroc=" in train_log, train_log[-3000:]
+
+
 def test_stopping_the_submitting_command_deletes_the_trainjob_and_its_jobset(
         trainer_cluster, k8s_api, k8s_namespace):
     """On the kwok nodes (a held launcher): SIGTERM deletes the TrainJob; its JobSet and pods
