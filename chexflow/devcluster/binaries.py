@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
@@ -108,3 +109,50 @@ def ensure_binaries(build: bool = True) -> Path:
         )
     print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return bin_dir
+
+
+def required_version(go_mod: Path, module: str) -> str:
+    """The version `go_mod` requires of `module` (its `require MODULE vX.Y.Z` line)."""
+    m = re.search(rf"^require {re.escape(module)} (v\S+)", go_mod.read_text(), re.M)
+    if not m:
+        raise BinariesMissing(f"{go_mod}: no `require {module} vX.Y.Z` line")
+    return m.group(1)
+
+
+@dataclass(frozen=True)
+class GoBuild:
+    """A cluster part built from a go.mod folder of its own by its build.sh, cached by content:
+    `<cache>/<name>-<version of module>-<10 hex of sha256(inputs)>/` holding `outputs`."""
+
+    name: str
+    folder: Path
+    module: str
+    outputs: tuple[str, ...]
+    inputs: tuple[str, ...] = ("go.mod", "go.sum", "build.sh")
+    go_mod: str = "go.mod"
+    cold: str = "minutes"  # what a cold build took, for the message
+
+    def version(self) -> str:
+        return required_version(self.folder / self.go_mod, self.module)
+
+    def cache_dir(self) -> Path:
+        digest = hashlib.sha256(b"".join((self.folder / f).read_bytes() for f in self.inputs))
+        root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
+        return Path(root) / f"{self.name}-{self.version()}-{digest.hexdigest()[:10]}"
+
+    def ensure(self) -> Path:
+        """The cache folder with every output; runs build.sh into it when one is missing."""
+        bin_dir = self.cache_dir()
+        if all((bin_dir / f).is_file() for f in self.outputs):
+            return bin_dir
+        script = self.folder / "build.sh"
+        print(f"building {self.module} {self.version()} into {bin_dir} (cold: {self.cold})...",
+              file=sys.stderr, flush=True)
+        start = time.monotonic()
+        proc = subprocess.run(["bash", str(script), str(bin_dir)], stdout=sys.stderr)
+        missing = [f for f in self.outputs if not (bin_dir / f).is_file()]
+        if proc.returncode != 0 or missing:
+            raise BinariesMissing(f"{script} exited {proc.returncode}; "
+                                  f"missing in {bin_dir}: {', '.join(missing) or 'nothing'}")
+        print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+        return bin_dir

@@ -12,21 +12,13 @@ scheduler's queue for besides new pods), e.g. when an earlier job's group finish
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import yaml
 
-from chexflow.devcluster.binaries import GO_DIR, BinariesMissing
+from chexflow.devcluster.binaries import GO_DIR, GoBuild
 
 BUILD_DIR = GO_DIR / "coscheduling"
-BUILD_SCRIPT = BUILD_DIR / "build.sh"
-BUILD_INPUTS = ("go.mod", "go.sum", "build.sh")
 SCHEDULER_NAME = "scheduler-plugins-scheduler"
 EXE = "coscheduling-scheduler"
 CONTROLLER = "podgroup-controller"
@@ -35,36 +27,14 @@ CRD_FILES = ("podgroup-crd.yaml", "elasticquota-crd.yaml")
 PERMIT_WAITING_SECONDS = 10
 
 
+BUILD = GoBuild("coscheduling", BUILD_DIR, "sigs.k8s.io/scheduler-plugins",
+                (EXE, CONTROLLER, *CRD_FILES), cold="about 15 min")
+cache_dir = BUILD.cache_dir  # coscheduling-<release>-<10 hex of sha256(go.mod + go.sum + build.sh)>
+ensure_binaries = BUILD.ensure  # the folder with the scheduler, the controller and the CRDs
+
+
 def version() -> str:
-    m = re.search(r"^require sigs\.k8s\.io/scheduler-plugins (v\S+)",
-                  (BUILD_DIR / "go.mod").read_text(), re.M)
-    if not m:
-        raise BinariesMissing(f"{BUILD_DIR / 'go.mod'}: no `require sigs.k8s.io/scheduler-plugins "
-                              "vX.Y.Z` line")
-    return m.group(1)
-
-
-def cache_dir() -> Path:
-    """coscheduling-<release>-<10 hex of sha256(go.mod + go.sum + build.sh)>, as build.sh."""
-    digest = hashlib.sha256(b"".join((BUILD_DIR / f).read_bytes() for f in BUILD_INPUTS))
-    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
-    return Path(root) / f"coscheduling-{version()}-{digest.hexdigest()[:10]}"
-
-
-def ensure_binaries() -> Path:
-    """The folder with the scheduler and the PodGroup CRD; builds them when missing."""
-    bin_dir = cache_dir()
-    if all(os.access(bin_dir / exe, os.X_OK) for exe in (EXE, CONTROLLER)) and all(
-            (bin_dir / f).is_file() for f in CRD_FILES):
-        return bin_dir
-    print(f"building scheduler-plugins {version()} into {bin_dir} (cold: about 15 min)...",
-          file=sys.stderr, flush=True)
-    start = time.monotonic()
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
-    if proc.returncode != 0 or not os.access(bin_dir / EXE, os.X_OK):
-        raise BinariesMissing(f"{BUILD_SCRIPT} exited {proc.returncode}; no {bin_dir / EXE}")
-    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    return bin_dir
+    return BUILD.version()
 
 
 def crd_docs(bin_dir: Path) -> list[dict]:

@@ -14,23 +14,16 @@ namespace come from `create_local_queue`.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
 from chexflow.devcluster import certs, nodes
-from chexflow.devcluster.binaries import GO_DIR, BinariesMissing
+from chexflow.devcluster.binaries import GO_DIR, GoBuild
 from chexflow.errors import ChexflowError
 
 KUEUE_DIR = GO_DIR / "kueue"
-BUILD_SCRIPT = KUEUE_DIR / "build.sh"
-BUILD_INPUTS = ("go.mod", "go.sum", "build.sh")
 NAMESPACE = "kueue-system"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -48,35 +41,14 @@ class KueueError(ChexflowError):
     """Kueue could not be built, configured or started."""
 
 
+BUILD = GoBuild("kueue", KUEUE_DIR, "sigs.k8s.io/kueue", ("kueue", "webhooks.yaml"),
+                cold="about 10 min")
+cache_dir = BUILD.cache_dir  # kueue-<release>-<10 hex of sha256(go.mod + go.sum + build.sh)>
+ensure_binaries = BUILD.ensure  # the folder with `kueue`, its CRDs and webhook manifests
+
+
 def kueue_version() -> str:
-    m = re.search(r"^require sigs\.k8s\.io/kueue (v\S+)", (KUEUE_DIR / "go.mod").read_text(),
-                  re.M)
-    if not m:
-        raise KueueError(f"{KUEUE_DIR / 'go.mod'}: no `require sigs.k8s.io/kueue vX.Y.Z` line")
-    return m.group(1)
-
-
-def cache_dir() -> Path:
-    """kueue-<release>-<10 hex of sha256(go.mod + go.sum + build.sh)>, as build.sh computes it."""
-    digest = hashlib.sha256(b"".join((KUEUE_DIR / f).read_bytes() for f in BUILD_INPUTS))
-    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
-    return Path(root) / f"kueue-{kueue_version()}-{digest.hexdigest()[:10]}"
-
-
-def ensure_binaries() -> Path:
-    """The folder with `kueue`, its CRDs and webhook manifests; builds them when missing (cold:
-    about 10 min on 2 busy cores)."""
-    bin_dir = cache_dir()
-    if os.access(bin_dir / "kueue", os.X_OK) and (bin_dir / "webhooks.yaml").is_file():
-        return bin_dir
-    print(f"building Kueue {kueue_version()} into {bin_dir} (cold: about 10 min)...",
-          file=sys.stderr, flush=True)
-    start = time.monotonic()
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
-    if proc.returncode != 0 or not os.access(bin_dir / "kueue", os.X_OK):
-        raise BinariesMissing(f"{BUILD_SCRIPT} exited {proc.returncode}; no {bin_dir / 'kueue'}")
-    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    return bin_dir
+    return BUILD.version()
 
 
 def serving_cert(pki: certs.PKI) -> Path:

@@ -12,12 +12,7 @@ two Go programs (minutes), and the MPIJob path needs neither.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
-import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +20,7 @@ from typing import Any
 import yaml
 
 from chexflow.devcluster import certs, crds
-from chexflow.devcluster.binaries import GO_DIR, BinariesMissing
+from chexflow.devcluster.binaries import GO_DIR, GoBuild, required_version
 from chexflow.errors import ChexflowError
 
 TRAINER_DIR = GO_DIR / "trainer"
@@ -43,38 +38,16 @@ class TrainerError(ChexflowError):
     """Trainer or JobSet could not be built, configured or started."""
 
 
+BUILD = GoBuild("trainer", TRAINER_DIR, TRAINER_MODULE, (JOBSET_EXE, TRAINER_EXE),
+                inputs=BUILD_INPUTS, cold="about 15 min")
+cache_dir = BUILD.cache_dir  # trainer-<release>-<10 hex of sha256(BUILD_INPUTS)>
+ensure_binaries = BUILD.ensure  # both programs, their CRDs and webhook manifests
+
+
 def module_version(module: str) -> str:
     """The version its go.mod (Trainer's, or jobset/go.mod for JobSet) requires of `module`."""
     go_mod = TRAINER_DIR / ("jobset/go.mod" if module == JOBSET_MODULE else "go.mod")
-    m = re.search(rf"^require {re.escape(module)} (v\S+)", go_mod.read_text(), re.M)
-    if not m:
-        raise TrainerError(f"{go_mod}: no `require {module} vX.Y.Z` line")
-    return m.group(1)
-
-
-def cache_dir() -> Path:
-    """trainer-<release>-<10 hex of sha256(BUILD_INPUTS)>, as build.sh computes it."""
-    digest = hashlib.sha256(b"".join((TRAINER_DIR / f).read_bytes() for f in BUILD_INPUTS))
-    root = os.environ.get("CHEXFLOW_K8S_CACHE") or Path.home() / ".cache" / "chexflow" / "k8s"
-    return Path(root) / f"trainer-{module_version(TRAINER_MODULE)}-{digest.hexdigest()[:10]}"
-
-
-def ensure_binaries() -> Path:
-    """The folder with both programs, their CRDs and webhook manifests; builds them when missing
-    (cold: about 15 min on 2 busy cores)."""
-    bin_dir = cache_dir()
-    if all(os.access(bin_dir / exe, os.X_OK) for exe in (JOBSET_EXE, TRAINER_EXE)):
-        return bin_dir
-    print(f"building Trainer {module_version(TRAINER_MODULE)} and JobSet "
-          f"{module_version(JOBSET_MODULE)} into {bin_dir} (cold: about 15 min)...",
-          file=sys.stderr, flush=True)
-    start = time.monotonic()
-    proc = subprocess.run(["bash", str(BUILD_SCRIPT), str(bin_dir)], stdout=sys.stderr)
-    if proc.returncode != 0 or not os.access(bin_dir / TRAINER_EXE, os.X_OK):
-        raise BinariesMissing(f"{BUILD_SCRIPT} exited {proc.returncode}; "
-                              f"no {bin_dir / TRAINER_EXE}")
-    print(f"built in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    return bin_dir
+    return required_version(go_mod, module)
 
 
 def serving_cert(pki: certs.PKI) -> Path:
