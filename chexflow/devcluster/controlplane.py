@@ -529,23 +529,28 @@ class LocalCluster:
         node.dir.mkdir(parents=True, exist_ok=True)
         return node.setup_network(SERVICE_CIDR if self.katib else None)
 
-    def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:
-        """containerd (with the pause image), the kubelet, CoreDNS and with `katib` kube-proxy;
-        waits for Ready."""
-        node = realnode.RealNode(self.state_dir)
-        addr = node.addresses()
+    def _start_containerd(self, node: realnode.RealNode, node_bin: Path,
+                          deadline: float) -> None:
+        """A real node's cgroups and containerd, with the pause image and node_images loaded."""
         node.make_cgroups()
-        self._spawn("containerd", [f"--config={node.containerd_config()}"],
+        self._spawn(f"containerd{node.suffix}", [f"--config={node.containerd_config()}"],
                     exe=realnode.CONTAINERD)
         while node.ctr("version", check=False).returncode != 0:
             self.check()
             if time.monotonic() > deadline:
                 raise DevClusterError(f"containerd not answering on {node.containerd_socket}; "
-                                   f"see {self.log_dir}/containerd.log")
+                                      f"see {self.log_dir}/containerd{node.suffix}.log")
             time.sleep(0.2)
         node.import_image(realnode.pause_archive(node_bin / "pause", node.dir / "pause.oci.tar"))
         for archive in self.node_images:
             node.import_image(Path(archive))
+
+    def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:
+        """containerd (with the pause image), the kubelet, CoreDNS and with `katib` kube-proxy;
+        waits for Ready."""
+        node = realnode.RealNode(self.state_dir)
+        addr = node.addresses()
+        self._start_containerd(node, node_bin, deadline)
         kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", self.server, pki,
                                             "kubelet")
         config = node.kubelet_config(self.ports, addr["node_ip"], pki.ca)
@@ -598,18 +603,7 @@ class LocalCluster:
         cidrs = [n.addresses()["pod_cidr"] for n in everyone]
         for n in everyone:
             n.route_peers(cidrs)
-        node.make_cgroups()
-        self._spawn(f"containerd{node.suffix}", [f"--config={node.containerd_config()}"],
-                    exe=realnode.CONTAINERD)
-        while node.ctr("version", check=False).returncode != 0:
-            self.check()
-            if time.monotonic() > deadline:
-                raise DevClusterError(f"containerd not answering on {node.containerd_socket}; "
-                                      f"see {self.log_dir}/containerd{node.suffix}.log")
-            time.sleep(0.2)
-        node.import_image(realnode.pause_archive(node_bin / "pause", node.dir / "pause.oci.tar"))
-        for archive in self.node_images:
-            node.import_image(Path(archive))
+        self._start_containerd(node, node_bin, deadline)
         kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", self.server, pki,
                                             certs.node_client(pki, node.name))
         for port in ("kubelet", "kubelet_healthz"):
