@@ -243,15 +243,16 @@ class LocalCluster:
                             "mpi-operator", deadline)
             if kueue_bin:
                 self._start_kueue(kueue_bin, pki, deadline)
+            if self.die_with_parent:  # PR_SET_PDEATHSIG only sends SIGTERM, which an
+                # apiserver whose etcd is gone outlived for 45 min: the reaper stops it all
+                self._start_reaper(supervise=self.supervise)
             if node_bin:
-                if self.die_with_parent:
-                    self._start_reaper(supervise=self.supervise)
                 self._start_real_node(node_bin, pki, deadline)
             if katib_images:
                 katib.deploy(self, katib_images, timeout=max(5.0, deadline - time.monotonic()))
             if self.trainer:
                 self.add_trainer(timeout=max(5.0, deadline - time.monotonic()))
-            if self.supervise and not (node_bin and self.die_with_parent):
+            if self.supervise and not self.die_with_parent:
                 self._start_reaper(supervise=True)
             self.ready = True
             self.save()
