@@ -53,9 +53,7 @@ def test_json_patch_replaces_and_refuses_other_ops():
 
 
 def test_webhooks_from_the_built_manifests_call_loopback_and_select_jobset_pods():
-    bin_dir = trainer.cache_dir()
-    if not (bin_dir / "webhooks").is_dir():
-        pytest.skip(f"{bin_dir} not built (chexflow cluster build --trainer)")
+    bin_dir = trainer.ensure_binaries()  # built once (cached by content), as the cluster tests do
     js = trainer.webhook_configurations(bin_dir, "jobset", 9443, "Q0E=")
     tr = trainer.webhook_configurations(bin_dir, "trainer", 9444, "Q0E=")
     names = {d["metadata"]["name"] for d in js + tr}

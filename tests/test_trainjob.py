@@ -4,7 +4,9 @@ module, when the module cache has it) and against what render.py puts in an MPIJ
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -33,13 +35,17 @@ def spec(**kw) -> JobSpec:
 
 
 def trainer_crd(name: str) -> Path:
-    """A CRD of the Trainer release build/trainer/go.mod names, from the Go module cache."""
-    cache = Path(os.environ.get("GOMODCACHE", Path.home() / "go" / "pkg" / "mod"))
+    """A CRD of the Trainer release build/trainer/go.mod names, from its Go module (downloaded
+    into the module cache when missing: seconds, no build)."""
     version = devtrainer.module_version(devtrainer.TRAINER_MODULE)
-    path = (cache / "github.com" / "kubeflow" / "trainer" / f"v2@{version}" / "manifests" /
-            "base" / "crds" / f"trainer.kubeflow.org_{name}.yaml")
-    if not path.exists():
-        pytest.skip(f"{path} not in the Go module cache (chexflow cluster build --trainer)")
+    module = f"{devtrainer.TRAINER_MODULE}@{version}"
+    proc = subprocess.run(["go", "mod", "download", "-json", module],
+                          cwd=devtrainer.TRAINER_DIR, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"/usr/local/go/bin:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    path = (Path(json.loads(proc.stdout)["Dir"]) / "manifests" / "base" / "crds" /
+            f"trainer.kubeflow.org_{name}.yaml")
+    assert path.exists(), path
     return path
 
 
