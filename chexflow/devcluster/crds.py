@@ -122,3 +122,25 @@ def install_crd_docs(api_client, docs: list[dict], timeout: float = 60) -> list[
                 raise CRDMissing(f"CRD {name} not Established after {timeout:.0f} s: {conds}")
             time.sleep(0.2)
     return names
+
+
+def apply_webhook_configurations(api_client, docs: list[dict],
+                                 error: type[ChexflowError]) -> None:
+    """Create (or replace) Mutating/ValidatingWebhookConfigurations; a refusal is `error`."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    adm = client.AdmissionregistrationV1Api(api_client)
+    for doc in docs:
+        create, replace = ((adm.create_mutating_webhook_configuration,
+                            adm.replace_mutating_webhook_configuration)
+                           if doc["kind"] == "MutatingWebhookConfiguration" else
+                           (adm.create_validating_webhook_configuration,
+                            adm.replace_validating_webhook_configuration))
+        try:
+            create(doc)
+        except ApiException as e:
+            if e.status != 409:
+                raise error(f"{doc['kind']} {doc['metadata']['name']}: {e.status} "
+                            f"{e.reason}") from None
+            replace(doc["metadata"]["name"], doc)

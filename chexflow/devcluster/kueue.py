@@ -129,27 +129,12 @@ def install(api, bin_dir: Path, port: int, pki: certs.PKI, timeout: float) -> No
     """CRDs (with conversion) and webhook configurations, before the manager starts."""
     import base64
 
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
     from chexflow.devcluster import crds
 
     ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
     crds.install_crd_docs(api, crd_docs(bin_dir, port, ca_bundle), timeout=timeout)
-    adm = client.AdmissionregistrationV1Api(api)
-    for doc in webhook_configurations(bin_dir, port, ca_bundle):
-        create, replace = ((adm.create_mutating_webhook_configuration,
-                            adm.replace_mutating_webhook_configuration)
-                           if doc["kind"] == "MutatingWebhookConfiguration" else
-                           (adm.create_validating_webhook_configuration,
-                            adm.replace_validating_webhook_configuration))
-        try:
-            create(doc)
-        except ApiException as e:
-            if e.status != 409:
-                raise KueueError(f"{doc['kind']} {doc['metadata']['name']}: {e.status} "
-                                 f"{e.reason}") from None
-            replace(doc["metadata"]["name"], doc)
+    crds.apply_webhook_configurations(api, webhook_configurations(bin_dir, port, ca_bundle),
+                                      KueueError)
 
 
 def _create(api, plural: str, body: dict, namespace: str | None = None,

@@ -106,27 +106,11 @@ def webhook_configurations(bin_dir: Path, component: str, port: int,
 
 def install(api, bin_dir: Path, ports: dict[str, int], pki: certs.PKI, timeout: float) -> None:
     """JobSet's and Trainer's CRDs and webhook configurations, before the managers start."""
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
     crds.install_crds(api, sorted((bin_dir / "crds").glob("*/*.yaml")), timeout=timeout)
     ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
-    adm = client.AdmissionregistrationV1Api(api)
     for component in ("jobset", "trainer"):
-        for doc in webhook_configurations(bin_dir, component, ports[f"{component}_webhook"],
-                                          ca_bundle):
-            mutating = doc["kind"] == "MutatingWebhookConfiguration"
-            create, replace = ((adm.create_mutating_webhook_configuration,
-                                adm.replace_mutating_webhook_configuration) if mutating else
-                               (adm.create_validating_webhook_configuration,
-                                adm.replace_validating_webhook_configuration))
-            try:
-                create(doc)
-            except ApiException as e:
-                if e.status != 409:
-                    raise TrainerError(f"{doc['kind']} {doc['metadata']['name']}: {e.status} "
-                                       f"{e.reason}") from None
-                replace(doc["metadata"]["name"], doc)
+        crds.apply_webhook_configurations(api, webhook_configurations(
+            bin_dir, component, ports[f"{component}_webhook"], ca_bundle), TrainerError)
 
 
 def jobset_configuration(ports: dict[str, int], cert_dir: Path) -> dict:
