@@ -1,5 +1,6 @@
 """The local job backend: real subprocesses in the trainer/control environments, horovodrun
-over gloo for several ranks, failure with the log tail, time limit, interruption."""
+(MPI tensor operations by default) for several ranks, failure with the log tail, time limit,
+interruption."""
 
 from __future__ import annotations
 
@@ -31,10 +32,13 @@ def test_two_horovod_ranks_run_under_horovodrun(tmp_path):
             "print(f'rank={hvd.rank()} size={hvd.size()}', flush=True)")
     spec = JobSpec(name="hvd-ranks", command=["python", "-c", code], workers=2, horovod=True,
                    env={"TF_CPP_MIN_LOG_LEVEL": "3"})
-    assert local_argv(spec)[1:6] == ["-np", "2", "-H", "localhost:2", "--gloo"]
+    # the local launch's default allreduce: MPI tensor operations, yielding while idle
+    assert local_argv(spec)[1:6] == ["-np", "2", "-H", "localhost:2", "--mpi"]
     out = io.StringIO()
     result = LocalBackend(stream=out, log_dir=tmp_path).run(spec)
     text = out.getvalue()
+    assert text.startswith(
+        "[hvd-ranks] $ HOROVOD_CPU_OPERATIONS=MPI OMPI_MCA_mpi_yield_when_idle=1 ")
     assert "rank=0 size=2" in text and "rank=1 size=2" in text
     assert all(line.startswith("[hvd-ranks] ") for line in text.splitlines() if line)
     assert "rank=1 size=2" in (tmp_path / "hvd-ranks.log").read_text()

@@ -55,7 +55,7 @@ def test_render_one_srun_task_per_gpu(tmp_path, data_dir):
     assert opts["nodes"] == "2" and opts["ntasks-per-node"] == "4" and opts["gpus-per-node"] == "4"
     assert opts["partition"] == "gpu" and opts["time"] == "0-02:00:00"
     assert opts["output"] == f"{out.resolve()}/slurm-%j.out"
-    assert "export NCCL_DEBUG=INFO" in text
+    assert "export NCCL_DEBUG=INFO" in text and "HOROVOD_CPU_OPERATIONS" not in text
     words = command_of(text)
     assert words[:3] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1"]
     python = words.index("-m")
@@ -85,12 +85,16 @@ def test_render_in_apptainer_with_mpirun(tmp_path, data_dir):
     assert "OMPI_ALLOW_RUN_AS_ROOT=1" in text  # mpirun refuses root without it
 
 
-def test_render_cpu_only_needs_tasks_and_extra_worker_args(tmp_path, data_dir):
+def test_render_cpu_only_needs_tasks_gets_mpi_cpu_operations_and_extra_worker_args(
+        tmp_path, data_dir):
     _, text = render(tmp_path, data_dir, "--gpus-per-node", 0, "--tasks-per-node", 3,
                      "--worker-arg=--amp", "--worker-arg=--validation-steps=1")
     opts = sbatch_options(text)
     assert opts["ntasks-per-node"] == "3" and "gpus-per-node" not in opts
     assert command_of(text)[-2:] == ["--amp", "--validation-steps=1"]
+    # CPU-only ranks: MPI tensor operations, yielding while idle (GPU ranks keep NCCL)
+    assert "export HOROVOD_CPU_OPERATIONS=MPI" in text
+    assert "export OMPI_MCA_mpi_yield_when_idle=1" in text
 
 
 @pytest.mark.parametrize("args, message", [

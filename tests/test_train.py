@@ -345,8 +345,9 @@ def test_sgd_with_weight_decay_on_two_workers(tmp_path):
         capture_output=True, text=True, timeout=600, env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # one thread per worker, and Horovod's cycle lengthened on CPU (the scaling fix)
-    assert "(CPU, 1 threads, Horovod cycle 25 ms, gloo controller)" in proc.stdout
+    # one thread per worker, Horovod's cycle lengthened on CPU (the scaling fix), and the
+    # default allreduce: MPI (mpirun) where OpenMPI is installed, as the setup does
+    assert "(CPU, 1 threads, Horovod cycle 25 ms, mpi controller)" in proc.stdout
     m = read_metrics(out)
     assert m["optimizer"] == "sgd" and m["weight_decay"] == pytest.approx(1e-4)
     assert m["workers"] == 2 and len(m["images_per_sec_per_worker"]) == 2

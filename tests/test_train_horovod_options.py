@@ -1,8 +1,10 @@
 """Horovod's options reach Horovod: fp16 gradient compression and backward passes per step in a
 real 2-worker run (its Horovod timeline shows float16 allreduces, one per gradient every second
-step), the fusion threshold and cycle time as Horovod's variables, the MPI controller
-(horovodrun --mpi), one-line refusals of bad values, and validation of a model that diverged
-(float16 gradients can overflow) reporting nan rather than failing the run."""
+step), the fusion threshold and cycle time as Horovod's variables, the default allreduce (MPI
+tensor operations under horovodrun --mpi, yielding while idle) giving gloo's loss curve, the
+MPIJob's allreduce environment on CPU and GPU workers, one-line refusals of bad values, and
+validation of a model that diverged (float16 gradients can overflow) reporting nan rather than
+failing the run."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pytest
 
 from chexflow.bench.allreduce import gradient_steps, read_timeline
 from chexflow.envs import trainer_python
+from chexflow.jobs.allreduce import MPI_CPU_ENV, horovod_has_mpi, local_allreduce
 from chexflow.jobs.render import render_mpijob
 from chexflow.jobs.spec import JobSpec
 from tests.conftest import REPO, read_json, run_chexflow
@@ -71,18 +74,6 @@ def test_fp16_allreduce_and_backward_passes_reach_horovod(tmp_path):
     assert len(steps) == 2 and {s["tensors"] for s in steps} == {len(gradients)}
     assert all(44e6 < s["bytes"] < 50e6 for s in steps), steps
     assert all(s["allreduce_ms"] >= s["reduce_ms"] > 0 and s["copy_in_ms"] > 0 for s in steps)
-
-
-@pytest.mark.trainer
-@pytest.mark.slow
-def test_mpi_controller_runs_the_workers_under_mpirun(tmp_path):
-    out = tmp_path / "run"
-    proc = run_chexflow("train", *TINY, "--controller", "mpi", "--out", out, timeout=1800)
-    launch = next(line for line in proc.stdout.splitlines() if line.startswith("launch: "))
-    assert " --mpi " in launch and "--gloo" not in launch
-    m = read_json(out / "metrics.json")
-    assert m["workers"] == 2 and m["images_per_sec"] > 0
-    assert m["horovod"]["controller"] == "mpi"
 
 
 @pytest.mark.trainer
@@ -143,13 +134,14 @@ def test_a_diverged_model_validates_to_nan_instead_of_failing():
 
 @pytest.mark.trainer
 @pytest.mark.slow
-def test_mpi_tensor_operations_give_gloos_loss_curve_and_gloo_stays_the_default(tmp_path):
-    """MPI tensor operations (mpirun, OpenMPI's shared memory) change speed, not results: the
-    same 2-worker run over 3 epochs of 2 steps has gloo's losses within float tolerance. The
-    default stays gloo (faster on CPU here, docs/benchmarks.md)."""
+def test_the_default_allreduce_is_mpi_with_yield_and_gives_gloos_loss_curve(tmp_path):
+    """The default launch (no --controller) runs the ranks under mpirun with MPI tensor
+    operations and OpenMPI yielding while idle; that changes speed, not results: the same
+    2-worker run over 3 epochs of 2 steps has --controller gloo's losses within float
+    tolerance."""
     assert shutil.which("mpirun"), "no mpirun: images/install-system.sh installs openmpi-bin"
     curve, horovod = {}, {}
-    for name, args in (("default", ()), ("mpi", ("--controller", "mpi"))):
+    for name, args in (("default", ()), ("gloo", ("--controller", "gloo"))):
         out = tmp_path / name
         proc = run_chexflow("train", *TINY, "--epochs", 3, "--steps-per-epoch", 2, *args,
                             "--out", out, timeout=1800)
@@ -157,25 +149,57 @@ def test_mpi_tensor_operations_give_gloos_loss_curve_and_gloo_stays_the_default(
         m = read_json(out / "metrics.json")
         curve[name] = [(h["loss"], h["val_loss"]) for h in m["history"]]
         horovod[name] = (launch, m["horovod"]["controller"], m["horovod"]["cpu_operations"])
-    assert " --gloo " in horovod["default"][0] and horovod["default"][1:] == ("gloo", "gloo")
-    assert " --mpi " in horovod["mpi"][0] and horovod["mpi"][1:] == ("mpi", "mpi")
+    default_launch = horovod["default"][0]
+    assert default_launch.startswith(
+        "launch: HOROVOD_CPU_OPERATIONS=MPI OMPI_MCA_mpi_yield_when_idle=1 ")
+    assert " --mpi " in default_launch and horovod["default"][1:] == ("mpi", "mpi")
+    assert " --gloo " in horovod["gloo"][0] and "HOROVOD_CPU_OPERATIONS" not in horovod["gloo"][0]
+    assert horovod["gloo"][1:] == ("gloo", "gloo")
     assert len(curve["default"]) == 3
-    assert np.allclose(curve["mpi"], curve["default"], rtol=1e-5, atol=1e-6), curve
+    assert np.allclose(curve["default"], curve["gloo"], rtol=1e-5, atol=1e-6), curve
 
 
-def test_cpu_and_gpu_mpijobs_leave_horovods_cpu_operations_to_mpirun():
-    """An MPIJob's ranks run under mpirun: MPI tensor operations on CPU, NCCL on GPU; the
-    renderer sets neither (the user's env is passed as given)."""
+def test_without_mpi_the_default_falls_back_to_gloo_with_a_note(tmp_path, monkeypatch):
+    """No mpirun on PATH, or a Horovod whose library does not link libmpi: gloo, and why."""
+    python = trainer_python()
+    assert horovod_has_mpi(python)  # the project's build (images/install-trainer.sh)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    no_mpirun = local_allreduce(None, python)
+    assert no_mpirun.controller == "gloo" and not no_mpirun.env
+    assert no_mpirun.note.startswith("allreduce over gloo: no mpirun on PATH")
+    fake = tmp_path / "venv"
+    lib = fake / "horovod" / "tensorflow"
+    lib.mkdir(parents=True)
+    (lib / "mpi_lib.cpython-312-x86_64-linux-gnu.so").write_bytes(b"\0libgloo.so\0" * 10)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\necho {fake / 'horovod'}\n")
+    python.chmod(0o755)
+    assert not horovod_has_mpi(python)
+    assert local_allreduce("mpi", python).env == MPI_CPU_ENV  # asked for: no fallback
+    assert local_allreduce("mpi", python, gpus=1).env == {}  # GPU ranks keep NCCL
+
+
+def test_cpu_mpijobs_get_mpi_tensor_operations_and_gpu_mpijobs_keep_nccl():
+    """A CPU-only MPIJob's ranks get MPI tensor operations and yield when idle, forwarded by
+    the launcher's mpirun (-x); a GPU job's get neither (NCCL); the user's env wins."""
     command = ["python", "-m", "chexflow.train.worker"]
-    for gpus in (0, 1):
+
+    def containers(job):
+        return [job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
+                for role in ("Launcher", "Worker")]
+
+    for gpus, expected in ((0, MPI_CPU_ENV), (1, {})):
         job = render_mpijob(JobSpec(name="j", command=command, workers=2, horovod=True,
                                     gpus_per_worker=gpus))
-        for role in ("Launcher", "Worker"):
-            container = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
-            assert not {e["name"] for e in container["env"]} & {"HOROVOD_CPU_OPERATIONS",
-                                                                  "HOROVOD_CONTROLLER"}
+        for container in containers(job):
+            env = {e["name"]: e["value"] for e in container["env"]}
+            assert {k: env[k] for k in env if k in MPI_CPU_ENV} == expected, gpus
+        launcher = containers(job)[0]["command"]
+        forwarded = {launcher[i + 1] for i, w in enumerate(launcher) if w == "-x"}
+        assert set(expected) <= forwarded
     mine = render_mpijob(JobSpec(name="j", command=command, workers=2, horovod=True,
                                  env={"HOROVOD_CPU_OPERATIONS": "gloo"}))
-    launcher = mine["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher = containers(mine)[0]
     assert {"name": "HOROVOD_CPU_OPERATIONS", "value": "gloo"} in launcher["env"]
+    assert launcher["command"].count("HOROVOD_CPU_OPERATIONS") == 1
     assert launcher["command"][launcher["command"].index("HOROVOD_CPU_OPERATIONS") - 1] == "-x"

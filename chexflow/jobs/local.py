@@ -1,5 +1,6 @@
 """The local backend: a job is a subprocess in its environment; N Horovod ranks run under
-`horovodrun --gloo` on localhost. Output is streamed with a `[job]` prefix, the exit status is
+`horovodrun` on localhost (MPI tensor operations where OpenMPI and Horovod's MPI build are here,
+else gloo: chexflow.jobs.allreduce). Output is streamed with a `[job]` prefix, the exit status is
 checked, the time limit is honoured and the whole process group is ended on interruption."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from chexflow.envs import (
     trainer_python,
     with_chexflow_importable,
 )
+from chexflow.jobs.allreduce import Allreduce, local_allreduce
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
 from chexflow.processes import die_with_parent
@@ -58,16 +60,25 @@ def horovodrun_command(program: list[str], processes: int, hosts: str | None = N
             "-H", hosts or f"localhost:{processes}", f"--{controller}", *program]
 
 
-def local_argv(spec: JobSpec) -> list[str]:
+def horovod_allreduce(spec: JobSpec) -> Allreduce | None:
+    """The allreduce of a job's Horovod ranks (the launch default); None for one process."""
+    if not spec.horovod or spec.processes == 1:
+        return None
+    return local_allreduce(None, trainer_python(), gpus=spec.gpus_per_worker)
+
+
+def local_argv(spec: JobSpec, allreduce: Allreduce | None = None) -> list[str]:
     """The full argv: the command itself, or horovodrun around it for several ranks."""
     argv = resolve_command(spec)
-    if not spec.horovod or spec.processes == 1:
+    allreduce = allreduce or horovod_allreduce(spec)
+    if allreduce is None:
         return argv
-    return horovodrun_command(argv, spec.processes)
+    return horovodrun_command(argv, spec.processes, controller=allreduce.controller)
 
 
-def job_environment(spec: JobSpec) -> dict[str, str]:
-    env = with_chexflow_importable(os.environ)
+def job_environment(spec: JobSpec, allreduce: Allreduce | None = None) -> dict[str, str]:
+    """This process's environment and the job's, over the allreduce's defaults."""
+    env = with_chexflow_importable({**(allreduce.env if allreduce else {}), **os.environ})
     env["PYTHONUNBUFFERED"] = "1"
     env["CHEXFLOW_JOB_NAME"] = spec.name
     env.update(spec.env)
@@ -84,7 +95,8 @@ class LocalBackend:
         self.log_dir = Path(log_dir) if log_dir else None
 
     def run(self, spec: JobSpec) -> JobResult:
-        argv = local_argv(spec)
+        allreduce = horovod_allreduce(spec)
+        argv = local_argv(spec, allreduce)
         out = self.stream or sys.stdout
         log_file = None
         log_path = None
@@ -93,7 +105,11 @@ class LocalBackend:
             log_path = self.log_dir / f"{spec.name}.log"
             log_file = open(log_path, "w")  # noqa: SIM115 - closed in finally
         tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        print(f"[{spec.name}] $ {' '.join(argv)}", file=out, flush=True)
+        if allreduce and allreduce.note:
+            print(f"[{spec.name}] {allreduce.note}", file=out, flush=True)
+        env = job_environment(spec, allreduce)
+        shown = [f"{k}={env[k]}" for k in (allreduce.env if allreduce else {})]
+        print(f"[{spec.name}] $ {' '.join([*shown, *argv])}", file=out, flush=True)
         start = time.monotonic()
         proc = subprocess.Popen(
             argv,
@@ -103,7 +119,7 @@ class LocalBackend:
             text=True,
             errors="replace",
             bufsize=1,
-            env=job_environment(spec),
+            env=env,
             cwd=spec.working_dir,
             start_new_session=True,
             preexec_fn=die_with_parent(),  # a killed caller leaves no job running

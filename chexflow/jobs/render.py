@@ -1,13 +1,15 @@
 """Render a JobSpec as a Kubernetes object: an MPIJob (kubeflow.org/v2beta1, mpi-operator v0.8)
 for Horovod jobs, a batch/v1 Job for single-process steps.
 
-MPIJob layout: the launcher (no GPU) runs `mpirun -np WORKERS*SLOTS ... COMMAND` and is retried
-on failure (restartPolicy OnFailure, runPolicy.backoffLimit); workers run sshd (the operator wires
-ssh keys and /etc/mpi/hostfile) and get `nvidia.com/gpu` = the JobSpec's GPUs, with a toleration
-of that taint. Every container runs as the images' numeric user (runAsUser, runAsNonRoot: as
-mpi-operator's examples), and every pod is annotated `sidecar.istio.io/inject: "false"` (Kubeflow
-profile namespaces inject Istio, and a launcher with a sidecar never completes). ClusterOptions
-add node selector, tolerations, priority class, image pull secrets and gang scheduling.
+MPIJob layout: the launcher (no GPU) runs `mpirun -np WORKERS*SLOTS ... COMMAND` and is retried on
+failure (restartPolicy OnFailure, runPolicy.backoffLimit); workers run sshd (the operator wires ssh
+keys and /etc/mpi/hostfile) and get `nvidia.com/gpu` = the JobSpec's GPUs, with a toleration of
+that taint; CPU-only workers get MPI tensor operations and OpenMPI yielding while it waits
+(HOROVOD_CPU_OPERATIONS, OMPI_MCA_mpi_yield_when_idle: chexflow.jobs.allreduce). Every container
+runs as the images' numeric user (runAsUser, runAsNonRoot: as mpi-operator's examples), and every
+pod is annotated `sidecar.istio.io/inject: "false"` (Kubeflow profile namespaces inject Istio, and
+a launcher with a sidecar never completes). ClusterOptions add node selector, tolerations, priority
+class, image pull secrets and gang scheduling.
 The data PVC is mounted in launcher and workers; /dev/shm is a memory emptyDir of `shm_size`.
 """
 
@@ -17,6 +19,7 @@ import copy
 from typing import Any
 
 from chexflow.container_images import launcher_image, trainer_image
+from chexflow.jobs.allreduce import cpu_env
 from chexflow.jobs.spec import ClusterOptions, JobSpec
 
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
@@ -56,13 +59,22 @@ def mpirun_args(spec: JobSpec) -> list[str]:
     args = ["mpirun", "-np", str(spec.processes), "-bind-to", "none"]
     args += ["-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
     # Ranks start over ssh and do not inherit the container's environment: forward it.
-    for name in ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "NCCL_DEBUG", *sorted(spec.env)):
+    forwarded = ("PATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "NCCL_DEBUG",
+                 *sorted({*_allreduce_env(spec), *spec.env}))
+    for name in forwarded:
         args += ["-x", name]
     return [*args, *spec.command]
 
 
+def _allreduce_env(spec: JobSpec) -> dict[str, str]:
+    """CPU-only Horovod ranks: MPI tensor operations, OpenMPI yielding while it waits
+    (chexflow.jobs.allreduce); GPU ranks keep NCCL, so nothing for them."""
+    return cpu_env(spec.gpus_per_worker) if spec.horovod else {}
+
+
 def _env(spec: JobSpec) -> list[dict[str, str]]:
-    base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name}
+    base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name,
+            **_allreduce_env(spec)}
     return [{"name": k, "value": str(v)} for k, v in {**base, **spec.env}.items()]
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from chexflow import __version__
 from chexflow.errors import ChexflowError
+from chexflow.jobs.allreduce import cpu_env
 from chexflow.train.options import TrainOptions
 
 LAUNCHERS = ("srun", "mpirun")
@@ -92,6 +93,9 @@ def render(run: TrainingRun, job: SlurmJob, run_dir: Path) -> str:
     log = run_dir / "slurm-%j.out"
     ranks = job.nodes * job.ntasks_per_node
     q = shlex.quote
+    # CPU-only nodes: MPI tensor operations, yielding while idle (chexflow.jobs.allreduce);
+    # GPU ranks keep NCCL. The user's --env wins.
+    env = {**cpu_env(job.gpus_per_node), **job.env}
 
     sbatch = {
         "job-name": job.job_name,
@@ -117,7 +121,7 @@ def render(run: TrainingRun, job: SlurmJob, run_dir: Path) -> str:
         "",
         "set -euo pipefail",
         "export PYTHONUNBUFFERED=1",
-        *(f"export {k}={q(v)}" for k, v in sorted(job.env.items())),
+        *(f"export {k}={q(v)}" for k, v in sorted(env.items())),
     ]
     command: list[str] = []
     if job.launcher == "srun":
@@ -130,7 +134,7 @@ def render(run: TrainingRun, job: SlurmJob, run_dir: Path) -> str:
             "  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
             "fi",
         ]
-        exported = ["PYTHONUNBUFFERED", *sorted(job.env)]
+        exported = ["PYTHONUNBUFFERED", *sorted(env)]
         command += ["mpirun", "-np", "${SLURM_NTASKS}", "--bind-to", "none", "--map-by", "slot"]
         for name in exported:
             command += ["-x", name]

@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train DenseNet-121/ResNet-50 with Horovod (CheXNet recipe)",
         description="Train a CheXNet-style classifier. Starts --workers Horovod "
-        "processes (horovodrun over gloo); rerun with the same --out to resume.",
+        "processes (horovodrun: MPI tensor operations where OpenMPI is here, else gloo); "
+        "rerun with the same --out to resume.",
     )
     add_train_arguments(p, launcher=True)
     p.set_defaults(func=run_train, trainer=True)

@@ -1,4 +1,6 @@
-"""The local launcher: checks, then `horovodrun -np N -H HOSTS --gloo python -m ...worker`.
+"""The local launcher: checks, then `horovodrun -np N -H HOSTS --mpi|--gloo python -m ...worker`
+(MPI tensor operations by default where OpenMPI and Horovod's MPI build are here: the allreduce
+chexflow.jobs.allreduce chooses).
 
 The worker module is the same one an MPIJob's `mpirun` starts; this runs the command line the
 jobs package builds (chexflow.jobs.local.horovodrun_command) in the trainer environment. Pure
@@ -92,8 +94,9 @@ def resolve_hosts(workers: int, hosts: str | None) -> str:
     return hosts
 
 
-def check_controller(controller: str) -> None:
-    """The MPI controller needs OpenMPI's mpirun on PATH (horovodrun --mpi starts it)."""
+def check_controller(controller: str | None) -> None:
+    """The MPI controller needs OpenMPI's mpirun on PATH (horovodrun --mpi starts it); the
+    default (None) falls back to gloo instead."""
     if controller == "mpi" and not shutil.which("mpirun"):
         raise LaunchError("--controller mpi: no mpirun on PATH; install OpenMPI (Debian: "
                           "openmpi-bin libopenmpi-dev, then rebuild Horovod with "
@@ -101,22 +104,29 @@ def check_controller(controller: str) -> None:
 
 
 def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions,
-              env: dict[str, str] | None = None, controller: str = "gloo") -> int:
-    """Start the workers with horovodrun (controller gloo or mpi) and wait; a worker's own
-    error becomes ours, and a worker that died otherwise is named in one line. horovodrun gets
-    SIGTERM (and ends its workers) when this process dies, however it ends."""
+              env: dict[str, str] | None = None, controller: str | None = None) -> int:
+    """Start the workers with horovodrun and wait: controller gloo or mpi, or by default mpi
+    with MPI tensor operations on CPU (gloo, said in one line, where MPI is missing); a value
+    of this process's environment or of `env` wins over those defaults. A worker's own error
+    becomes ours, and a worker that died otherwise is named in one line. horovodrun gets SIGTERM
+    (and ends its workers) when this process dies, however it ends."""
     from chexflow.envs import trainer_python, with_chexflow_importable
+    from chexflow.jobs.allreduce import local_allreduce
     from chexflow.jobs.local import horovodrun_command
 
     hosts = resolve_hosts(workers, hosts)
     check_controller(controller)
+    allreduce = local_allreduce(controller, trainer_python(), gpus=local_gpus())
+    if allreduce.note:
+        print(f"launch: {allreduce.note}", flush=True)
     cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers, hosts,
-                             controller=controller)
+                             controller=allreduce.controller)
     with tempfile.TemporaryDirectory(prefix="chexflow-train-") as tmp:
         error_file = Path(tmp) / "error.txt"
-        env = with_chexflow_importable({**os.environ, **(env or {}),
+        env = with_chexflow_importable({**allreduce.env, **os.environ, **(env or {}),
                                         ERROR_FILE_ENV: str(error_file)})
-        print("launch: " + " ".join(cmd), flush=True)
+        shown = [f"{k}={env[k]}" for k in allreduce.env]
+        print("launch: " + " ".join([*shown, *cmd]), flush=True)
         sys.stdout.flush()
         rc, log = _run_horovodrun(cmd, env)
         if rc != 0:

@@ -179,10 +179,11 @@ def add_train_arguments(p: ArgumentAdder, launcher: bool, skip: tuple[str, ...] 
     if launcher:
         p.add_argument("--workers", type=int, default=1, help="Horovod processes")
         p.add_argument(
-            "--controller", choices=CONTROLLERS, default="gloo",
-            help="horovodrun's controller: gloo, or mpi (mpirun, as an MPIJob's launcher runs, "
-            "with MPI tensor operations; needs OpenMPI and a Horovod built with it) (default: "
-            "%(default)s, faster on CPU hosts as measured in docs/benchmarks.md)",
+            "--controller", choices=CONTROLLERS, default=None,
+            help="horovodrun's controller: mpi (mpirun, as an MPIJob's launcher runs, with MPI "
+            "tensor operations and OpenMPI yielding the core while it waits; needs OpenMPI and a "
+            "Horovod built with it) or gloo (default: mpi where mpirun and Horovod's MPI build "
+            "are here, else gloo; mpi was faster on CPU as measured in docs/benchmarks.md)",
         )
         p.add_argument(
             "--hosts", help="horovodrun -H, e.g. host1:2,host2:2 (default localhost:WORKERS)"

@@ -59,7 +59,9 @@ def _horovod_settings(hvd, args: argparse.Namespace) -> dict:
     threshold = os.environ.get("HOROVOD_FUSION_THRESHOLD")
     cycle = os.environ.get("HOROVOD_CYCLE_TIME")
     controller = "mpi" if hvd.mpi_enabled() else "gloo" if hvd.gloo_enabled() else None
-    cpu_ops = os.environ.get("HOROVOD_CPU_OPERATIONS") or controller
+    # without MPI (gloo controller) Horovod's CPU operations are gloo's whatever the variable asks
+    cpu_ops = (os.environ.get("HOROVOD_CPU_OPERATIONS") or controller
+               if controller == "mpi" else controller)
     return {
         "controller": controller,
         "cpu_operations": cpu_ops.lower() if cpu_ops else None,
