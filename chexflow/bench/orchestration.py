@@ -1,8 +1,7 @@
 """Orchestration overhead: training launched through `chexflow run` (kfp.local + the local job
 launcher) vs the same worker module started directly with horovodrun, both with the local
-launch's default allreduce. The figure is the ratio of
-measured training throughput (goal >= 0.98); the fixed start-up cost of each path, in seconds of
-wall time, is recorded beside it."""
+launch's default allreduce. The figure is the ratio of measured training throughput (goal >=
+0.98); the fixed start-up cost of each path, in seconds of wall time, is recorded beside it."""
 
 from __future__ import annotations
 
