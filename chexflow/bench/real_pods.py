@@ -214,8 +214,8 @@ def pods_run(target: Target, settings: Settings, index: int) -> tuple[dict, dict
 
 
 def local_run(shared: Path, settings: Settings, index: int) -> tuple[dict, dict]:
-    """One `chexflow train --workers N` (horovodrun --gloo): its metrics.json and its timeline
-    (seconds since the command started)."""
+    """One `chexflow train --workers N` (horovodrun with the default allreduce: MPI where
+    OpenMPI is): its metrics.json and its timeline (seconds since the command started)."""
     out = shared / "runs" / f"local-{index}-{uuid.uuid4().hex[:4]}"
     cmd = [sys.executable, "-m", "chexflow.cli", "train", "--workers", str(settings.workers),
            *settings.options(shared / "tfrecords", out).to_argv()]
