@@ -1,10 +1,11 @@
 """The local job backend: real subprocesses in the trainer/control environments, horovodrun
 (MPI tensor operations by default) for several ranks, failure with the log tail, time limit,
-interruption."""
+interruption, a killed caller."""
 
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -96,3 +97,34 @@ def test_interruption_ends_the_job(tmp_path):
     assert "caller: interrupted" in out
     time.sleep(0.5)
     assert not alive(int(pid_file.read_text()))
+
+
+@pytest.mark.trainer
+def test_a_killed_caller_leaves_no_horovod_rank_running(tmp_path):
+    """SIGKILL on the caller of a 2-rank job: under the default `horovodrun --mpi` (a shell
+    running mpirun) the reaper still ends mpirun and both ranks."""
+    folder = str(tmp_path)
+    code = (f"import os, time; open(os.path.join({folder!r}, f'{{os.getpid()}}.pid'), 'w')"
+            ".close(); time.sleep(120)")
+    script = textwrap.dedent(f"""
+        from chexflow.jobs import JobSpec, run_job
+        run_job(JobSpec(name="ranks", command=["python", "-c", {code!r}], workers=2,
+                        horovod=True))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ranks = [int(p.stem) for p in tmp_path.glob("*.pid")]
+    try:
+        assert len(ranks) == 2, ranks
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while any(alive(r) for r in ranks) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(r) for r in ranks), ranks
+    finally:
+        for pid in ranks:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -199,7 +199,8 @@ def test_resnet50_resumes_after_a_killed_worker(nih_tfrecords, tmp_path):
     assert "RuntimeError: Horovod detected" not in "".join(first_run)
     second = run_chexflow(*args).stdout
     assert f"resumed after epoch {done}" in second
-    epochs = [int(e) for e in re.findall(r"^\[0\]<stdout>:epoch=(\d+) ", second, re.M)]
+    # rank 0's lines: [0]<stdout>: under gloo, [JOB,0]<stdout>: under mpirun (the default)
+    epochs = [int(e) for e in re.findall(r"^\[(?:\d+,)?0\]<stdout>:epoch=(\d+) ", second, re.M)]
     assert epochs == list(range(done + 1, 4)), second[-3000:]
     m = read_metrics(out)
     assert m["model"] == "resnet50" and m["epochs"] == 3

@@ -6,12 +6,15 @@ checked, the time limit is honoured and the whole process group is ended on inte
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -25,10 +28,12 @@ from chexflow.envs import (
 from chexflow.jobs.allreduce import Allreduce, local_allreduce
 from chexflow.jobs.result import JobResult
 from chexflow.jobs.spec import JobFailed, JobSpec, JobTimeout
-from chexflow.processes import die_with_parent
+from chexflow.processes import die_with_parent, end_reaper, start_reaper
 
 TAIL_LINES = 60
 KILL_GRACE_SECONDS = 10
+# marks every process of one local horovodrun launch, for its reaper (`reaped`)
+REAP_ENV = "CHEXFLOW_HOROVODRUN"
 
 
 def environment_python(environment: str) -> Path:
@@ -58,6 +63,20 @@ def horovodrun_command(program: list[str], processes: int, hosts: str | None = N
     unless given."""
     return [horovodrun or str(trainer_bin("horovodrun")), "-np", str(processes),
             "-H", hosts or f"localhost:{processes}", f"--{controller}", *program]
+
+
+@contextlib.contextmanager
+def reaped(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """`env` with a mark that a reaper process looks for: when this block ends, or this process
+    dies however it dies, every process still carrying the mark is stopped. `horovodrun --mpi`
+    becomes `sh -c "mpirun ..."`, and only the shell would get the SIGTERM of die_with_parent:
+    mpirun and its ranks would train on."""
+    marker = uuid.uuid4().hex
+    reaper = start_reaper(REAP_ENV, marker)
+    try:
+        yield {**env, REAP_ENV: marker}
+    finally:
+        end_reaper(reaper)
 
 
 def horovod_allreduce(spec: JobSpec) -> Allreduce | None:
@@ -111,6 +130,27 @@ class LocalBackend:
         shown = [f"{k}={env[k]}" for k in (allreduce.env if allreduce else {})]
         print(f"[{spec.name}] $ {' '.join([*shown, *argv])}", file=out, flush=True)
         start = time.monotonic()
+        with reaped(env) if allreduce else contextlib.nullcontext(env) as env:
+            code = self._wait(spec, argv, env, out, log_file, tail, start)
+        wall = time.monotonic() - start
+        if code != 0:
+            raise JobFailed(
+                f"job {spec.name}: exited with status {code} after {wall:.0f}s",
+                "\n".join(tail),
+                exit_code=code,
+            )
+        return JobResult(
+            name=spec.name,
+            backend=self.name,
+            succeeded=True,
+            wall_seconds=wall,
+            log_tail="\n".join(tail),
+            log_path=str(log_path) if log_path else None,
+        )
+
+    def _wait(self, spec: JobSpec, argv: list[str], env: dict[str, str], out: TextIO,
+              log_file, tail: collections.deque[str], start: float) -> int:
+        """Run the job's process group to its end, its lines passed on; its exit status."""
         proc = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -146,21 +186,7 @@ class LocalBackend:
             reader.join(timeout=5)
             if log_file:
                 log_file.close()
-        wall = time.monotonic() - start
-        if code != 0:
-            raise JobFailed(
-                f"job {spec.name}: exited with status {code} after {wall:.0f}s",
-                "\n".join(tail),
-                exit_code=code,
-            )
-        return JobResult(
-            name=spec.name,
-            backend=self.name,
-            succeeded=True,
-            wall_seconds=wall,
-            log_tail="\n".join(tail),
-            log_path=str(log_path) if log_path else None,
-        )
+        return code
 
 
 def _pump(proc: subprocess.Popen, name: str, out: TextIO, log_file, tail) -> None:

@@ -112,7 +112,7 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
     (and ends its workers) when this process dies, however it ends."""
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.allreduce import local_allreduce
-    from chexflow.jobs.local import horovodrun_command
+    from chexflow.jobs.local import horovodrun_command, reaped
 
     hosts = resolve_hosts(workers, hosts)
     check_controller(controller)
@@ -128,7 +128,8 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
         shown = [f"{k}={env[k]}" for k in allreduce.env]
         print("launch: " + " ".join([*shown, *cmd]), flush=True)
         sys.stdout.flush()
-        rc, log = _run_horovodrun(cmd, env)
+        with reaped(env) as env:  # mpirun and its ranks too, however this process ends
+            rc, log = _run_horovodrun(cmd, env)
         if rc != 0:
             if error_file.exists():
                 raise LaunchError(error_file.read_text().strip())
