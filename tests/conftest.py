@@ -41,9 +41,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """After pytest's slowest tests: how long each phase of `make test`'s setup took
-    (images/phase.sh writes them to $CHEXFLOW_SETUP_TIMES), so a cold run shows where its
-    minutes went."""
+    """After pytest's slowest tests: each xdist group's time and each worker's (so the critical
+    path shows), then how long each phase of `make test`'s setup took (images/phase.sh writes
+    them to $CHEXFLOW_SETUP_TIMES), so a cold run shows where its minutes went."""
+    _group_times(terminalreporter)
     path = Path(os.environ.get("CHEXFLOW_SETUP_TIMES", ""))
     if not path.name or not path.is_file():
         return
@@ -54,6 +55,40 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"{float(seconds):8.1f} s  {name}{failed}")
     total = sum(float(s) for _, s, _ in rows)
     terminalreporter.write_line(f"{total:8.1f} s  setup in all")
+
+
+def _group_times(terminalreporter, shown: int = 12) -> None:
+    """Setup, call and teardown seconds summed by xdist group (the `@group` of each node id
+    under --dist loadgroup) and by worker; nothing without xdist."""
+    groups: dict[str, tuple[list[float], set[str]]] = {}
+    workers: dict[str, float] = {}
+    span: dict[str, list[float]] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            node = getattr(rep, "node", None)
+            if not isinstance(rep, pytest.TestReport) or node is None or "@" not in rep.nodeid:
+                continue
+            seconds, ids = groups.setdefault(rep.nodeid.rsplit("@", 1)[1], ([0.0], set()))
+            seconds[0] += rep.duration
+            ids.add(rep.nodeid)
+            worker = node.gateway.id
+            workers[worker] = workers.get(worker, 0.0) + rep.duration
+            if rep.start:
+                first, last = span.setdefault(worker, [rep.start, rep.stop])
+                span[worker] = [min(first, rep.start), max(last, rep.stop)]
+    if not groups:
+        return
+    terminalreporter.section("time by xdist group")
+    ranked = sorted(((s[0], name, len(ids)) for name, (s, ids) in groups.items()), reverse=True)
+    for seconds, name, tests in ranked[:shown]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {name} ({tests} tests)")
+    if rest := ranked[shown:]:
+        terminalreporter.write_line(f"{sum(r[0] for r in rest):8.1f} s  {len(rest)} other groups "
+                                    f"({sum(r[2] for r in rest)} tests)")
+    for worker, seconds in sorted(workers.items()):
+        first, last = span.get(worker, (0.0, 0.0))
+        terminalreporter.write_line(f"{seconds:8.1f} s  busy on {worker}, first test start to "
+                                    f"last test end {last - first:.1f} s")
 
 
 def run_chexflow(*args, check: bool = True, timeout: float = 900, env: dict | None = None,
