@@ -34,9 +34,20 @@ GPUS_PER_NODE = 8
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked before_katib_cluster run first: the Katib cluster holds the machine's one
-    kube-proxy until the last test here, whichever module first asks for it."""
-    items.sort(key=lambda item: item.get_closest_marker("before_katib_cluster") is None)
+    """Among the tests here: those marked before_katib_cluster first (the Katib cluster holds
+    the machine's one kube-proxy until the last test here), those on the Katib cluster last, so
+    it starts after the other cluster tests (k8s_cluster up: its KUBECONFIG set) instead of
+    idling beside their real-pod trainings; each keeps its place in the collection otherwise."""
+    here = Path(__file__).parent
+    places = [i for i, item in enumerate(items) if here in Path(item.path).parents]
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("before_katib_cluster"):
+            return 0
+        return 2 if "katib_cluster" in item.fixturenames else 1
+
+    for place, item in zip(places, sorted((items[i] for i in places), key=rank), strict=True):
+        items[place] = item
 
 
 @pytest.fixture(scope="package")
