@@ -7,7 +7,11 @@ VENV := .venv
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
 # Two pytest-xdist workers: the cluster tests (one group, one worker) beside the local ones.
+# The groups go out longest first (tests/conftest.py orders them by the last run's seconds,
+# kept in CHEXFLOW_GROUP_SECONDS; --no-loadscope-reorder keeps xdist from re-sorting them by
+# their number of tests).
 PYTEST_WORKERS ?= 2
+export CHEXFLOW_GROUP_SECONDS ?= .cache/test-group-seconds.json
 # Each setup phase's time, printed at the end of `make test` (images/phase.sh; one file a run).
 ifndef CHEXFLOW_SETUP_TIMES
 CHEXFLOW_SETUP_TIMES := .cache/setup-times/$(shell date +%Y%m%d-%H%M%S).tsv
@@ -54,7 +58,8 @@ demo: setup
 	$(VENV)/bin/chexflow run chexnet-train --out $(DEMO_OUT)
 
 test: setup setup-cluster
-	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+		$(PYTEST_ARGS)
 
 lint: setup-env
 	$(VENV)/bin/ruff check .

@@ -29,6 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     fixture, so no module or session fixture is built twice."""
     if not config.getoption("loadgroup", False):  # set by xdist on its workers
         return
+    groups = {}
     for item in items:
         path = Path(item.path).relative_to(REPO)
         if path.parts[:2] == ("tests", "cluster"):
@@ -38,12 +39,40 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             group = path.stem
         item.add_marker(pytest.mark.xdist_group(group))
+        groups[item] = group
+    # Longest group first (`make test` passes --no-loadscope-reorder, so xdist hands the groups
+    # out in this order): the cluster group, then the local groups by their seconds in the last
+    # recorded run, else by a guess from their markers. xdist's own order (most tests first)
+    # left the few long tests (the demo's seeds, the bench) for the end, one worker idle.
+    recorded = _recorded_group_seconds()
+    guess: dict[str, float] = {}
+    for item, group in groups.items():
+        guess[group] = guess.get(group, 0.0) + (
+            60 if item.get_closest_marker("slow") else 15 if item.get_closest_marker("trainer")
+            else 1)
+    weight = {g: (float("inf") if g == "cluster" else recorded.get(g, guess[g])) for g in guess}
+    items.sort(key=lambda item: -weight[groups[item]])
+
+
+def _group_seconds_file() -> Path | None:
+    """Where `make test` keeps each xdist group's seconds ($CHEXFLOW_GROUP_SECONDS)."""
+    name = os.environ.get("CHEXFLOW_GROUP_SECONDS")
+    return REPO / name if name else None
+
+
+def _recorded_group_seconds() -> dict[str, float]:
+    path = _group_seconds_file()
+    try:
+        return {k: float(v) for k, v in json.loads(path.read_text()).items()} if path else {}
+    except (OSError, ValueError, AttributeError):
+        return {}  # none yet, or not a table: the markers' guess orders the groups
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """After pytest's slowest tests: how long each phase of `make test`'s setup took
-    (images/phase.sh writes them to $CHEXFLOW_SETUP_TIMES), so a cold run shows where its
-    minutes went."""
+    """After pytest's slowest tests: each xdist group's time and each worker's (so the critical
+    path shows), then how long each phase of `make test`'s setup took (images/phase.sh writes
+    them to $CHEXFLOW_SETUP_TIMES), so a cold run shows where its minutes went."""
+    _group_times(terminalreporter)
     path = Path(os.environ.get("CHEXFLOW_SETUP_TIMES", ""))
     if not path.name or not path.is_file():
         return
@@ -54,6 +83,45 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(f"{float(seconds):8.1f} s  {name}{failed}")
     total = sum(float(s) for _, s, _ in rows)
     terminalreporter.write_line(f"{total:8.1f} s  setup in all")
+
+
+def _group_times(terminalreporter, shown: int = 12) -> None:
+    """Setup, call and teardown seconds summed by xdist group (the `@group` of each node id
+    under --dist loadgroup) and by worker; nothing without xdist."""
+    groups: dict[str, tuple[list[float], set[str]]] = {}
+    workers: dict[str, float] = {}
+    span: dict[str, list[float]] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            node = getattr(rep, "node", None)
+            if not isinstance(rep, pytest.TestReport) or node is None or "@" not in rep.nodeid:
+                continue
+            seconds, ids = groups.setdefault(rep.nodeid.rsplit("@", 1)[1], ([0.0], set()))
+            seconds[0] += rep.duration
+            ids.add(rep.nodeid)
+            worker = node.gateway.id
+            workers[worker] = workers.get(worker, 0.0) + rep.duration
+            if rep.start:
+                first, last = span.setdefault(worker, [rep.start, rep.stop])
+                span[worker] = [min(first, rep.start), max(last, rep.stop)]
+    if not groups:
+        return
+    if path := _group_seconds_file():  # the next `make test` hands out the longest first
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**_recorded_group_seconds(),
+                                    **{g: round(s[0], 1) for g, (s, _) in groups.items()}},
+                                   indent=1, sort_keys=True) + "\n")
+    terminalreporter.section("time by xdist group")
+    ranked = sorted(((s[0], name, len(ids)) for name, (s, ids) in groups.items()), reverse=True)
+    for seconds, name, tests in ranked[:shown]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {name} ({tests} tests)")
+    if rest := ranked[shown:]:
+        terminalreporter.write_line(f"{sum(r[0] for r in rest):8.1f} s  {len(rest)} other groups "
+                                    f"({sum(r[2] for r in rest)} tests)")
+    for worker, seconds in sorted(workers.items()):
+        first, last = span.get(worker, (0.0, 0.0))
+        terminalreporter.write_line(f"{seconds:8.1f} s  busy on {worker}, first test start to "
+                                    f"last test end {last - first:.1f} s")
 
 
 def run_chexflow(*args, check: bool = True, timeout: float = 900, env: dict | None = None,

@@ -156,7 +156,8 @@ def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
 
     node = realnode.RealNode(cluster.state_dir)
     for image in images.values():
-        node.import_image(Path(image.archive))
+        if not node.has_image(image.ref):  # a resumed cluster's containerd keeps them
+            node.import_image(Path(image.archive))
     refs = {name: image.ref for name, image in images.items()}
     api = cluster.api_client()
     for doc in documents(refs):
