@@ -42,12 +42,12 @@ from chexflow.errors import ChexflowError
 from chexflow.jobs.diagnosis import ended_attempts, pod_blockers
 from chexflow.jobs.render import JOB_NAME_LABEL
 from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
-from chexflow.katib.experiment import Experiment
-from chexflow.katib.results import optimal_entry, trial_line, write_results
-from chexflow.katib.spec import SpecError, parse_experiment
-from chexflow.katib.state import COMPLETED, STATE_FILE, TrialRecord
-from chexflow.katib.templates import describe, inline, not_found
-from chexflow.katib.trialspec import override_args, primary_container
+from chexflow.katib.experiment.model import Experiment
+from chexflow.katib.experiment.spec import SpecError, parse_experiment
+from chexflow.katib.experiment.templates import describe, inline, not_found
+from chexflow.katib.experiment.trialspec import override_args, primary_container
+from chexflow.katib.local.results import optimal_entry, trial_line, write_results
+from chexflow.katib.local.state import COMPLETED, STATE_FILE, TrialRecord
 from chexflow.kube import api_message, finished_condition, is_transient, load_api_client
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"

@@ -2,7 +2,7 @@
 what serves it on chexflow's development cluster.
 
 `service` is the suggestion service of Katib's katib-config (runtime.suggestions); `library` what
-chexflow's local runner and its gRPC service (service.py) run (None: only on a cluster);
+chexflow's local runner and its gRPC service (services/server.py) run (None: only on a cluster);
 `dev_cluster` the image that serves it on `chexflow cluster up --katib`: Katib's own goptuna
 image (Go), chexflow's service in the launcher image, or none (the Experiment is refused there
 with Katib's "unable to get Suggestion config data").
@@ -43,3 +43,9 @@ EARLY_STOPPING = ("medianstop",)
 def served_on_dev_cluster(by: str) -> tuple[str, ...]:
     """The algorithms the development cluster serves with `by` (GOPTUNA or CHEXFLOW)."""
     return tuple(a.name for a in ALGORITHMS.values() if a.dev_cluster == by)
+
+# Derived from the table: what runs here, what only on a cluster, each one's service and library.
+LOCAL_ALGORITHMS = tuple(a.name for a in ALGORITHMS.values() if a.library)
+CLUSTER_ONLY = tuple(a.name for a in ALGORITHMS.values() if not a.library)
+SERVICE = {a.name: a.service for a in ALGORITHMS.values()}
+LIBRARY = {a.name: a.library for a in ALGORITHMS.values() if a.library}
