@@ -18,6 +18,7 @@ import numpy as np
 
 from chexflow.katib.experiment.model import Experiment
 from chexflow.katib.suggestions.algorithms import LIBRARY
+from chexflow.katib.suggestions.search_space import SearchSpace
 
 
 class SearchSpaceExhausted(Exception):
@@ -51,17 +52,16 @@ def derived_seed(base: int, n_trials: int) -> int:
 class Suggester(ABC):
     """Base: `suggest(history, n)` returns up to n new assignments.
 
-    Parameters with one possible value (min == max, a one-item list) are not given to the
-    library: every suggestion carries that value. `study_attrs` is the library's study-level
-    state that the trials do not hold (optuna's QMC sample counter); the runner saves it with
-    the sweep and passes it back when a sweep resumes.
+    The library searches `self.params` (the search space's searched parameters); every
+    suggestion also carries the fixed ones (search_space.py). `study_attrs` is the library's
+    study-level state that the trials do not hold (optuna's QMC sample counter); the runner
+    saves it with the sweep and passes it back when a sweep resumes.
     """
 
     def __init__(self, exp: Experiment, base_seed: int, study_attrs: dict | None = None):
         self.exp = exp
-        self.params = [p for p in exp.parameters if not p.fixed]
-        self.fixed = {p.name: p.snap(p.low) if p.numeric else p.values[0]
-                      for p in exp.parameters if p.fixed}
+        self.space = SearchSpace.of(exp)
+        self.params = self.space.searched
         self.settings = dict(exp.algorithm_settings)
         self.base_seed = int(self.settings.pop("random_state", base_seed))
         self.study_attrs: dict[str, Any] = dict(study_attrs or {})
@@ -75,10 +75,8 @@ class Suggester(ABC):
                 raise SuggestionFailed(f"{LIBRARY[self.exp.algorithm]}: {e}") from e
         else:
             out = [Suggestion({}) for _ in range(n)]
-        order = [p.name for p in self.exp.parameters]
         for s in out:
-            merged = {**s.parameters, **self.fixed}
-            s.parameters = {name: merged[name] for name in order}
+            s.parameters = self.space.assignment(s.parameters)
         return out
 
     @abstractmethod

@@ -10,6 +10,7 @@ import numpy as np
 
 from chexflow.katib.experiment.model import Experiment
 from chexflow.katib.suggestions.base import History, Suggester, Suggestion, derived_seed
+from chexflow.katib.suggestions.search_space import log_scale
 
 
 class CmaesSuggester(Suggester):
@@ -26,7 +27,7 @@ class CmaesSuggester(Suggester):
     def __init__(self, exp: Experiment, base_seed: int, study_attrs: dict | None = None):
         super().__init__(exp, base_seed, study_attrs)
         self.numeric = [p for p in self.params if p.numeric]
-        self.log = [p.distribution in ("logUniform", "logNormal") for p in self.numeric]
+        self.log = [log_scale(p) for p in self.numeric]
         self.bounds = np.array([[math.log(p.low), math.log(p.high)] if log else [p.low, p.high]
                                 for p, log in zip(self.numeric, self.log, strict=True)])
         width = self.bounds[:, 1] - self.bounds[:, 0]

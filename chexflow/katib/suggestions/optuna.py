@@ -16,6 +16,7 @@ from chexflow.katib.suggestions.base import (
     Suggestion,
     derived_seed,
 )
+from chexflow.katib.suggestions.search_space import library_value, log_scale
 
 
 class OptunaSuggester(Suggester):
@@ -34,7 +35,7 @@ class OptunaSuggester(Suggester):
         d = self.optuna.distributions
         if not p.numeric:
             return d.CategoricalDistribution(p.values)
-        log = p.distribution in ("logUniform", "logNormal")  # goptuna: normal reads as uniform
+        log = log_scale(p)
         if p.type == "int":
             step = 1 if log else int(p.step or 1)
             return d.IntDistribution(int(p.low), int(p.high), log=log, step=step)
@@ -113,10 +114,7 @@ class OptunaSuggester(Suggester):
         return out
 
     def _optuna_value(self, name: str, value: Any) -> Any:
-        p = next(q for q in self.params if q.name == name)
-        if not p.numeric:
-            return str(value)
-        return int(value) if p.type == "int" else float(value)
+        return library_value(next(q for q in self.params if q.name == name), value)
 
 
 def _plain(attrs: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from chexflow.katib.experiment.model import Experiment
 from chexflow.katib.suggestions.base import History, Suggester, Suggestion, derived_seed
+from chexflow.katib.suggestions.search_space import library_value, log_scale
 
 
 class SkoptSuggester(Suggester):
@@ -24,8 +25,7 @@ class SkoptSuggester(Suggester):
         self.skopt = skopt
         self.dims = []
         for p in self.params:
-            log = p.distribution in ("logUniform", "logNormal")  # Katib's skopt: no normal prior
-            prior = "log-uniform" if log else "uniform"
+            prior = "log-uniform" if log_scale(p) else "uniform"  # Katib's skopt: no normal prior
             if p.type == "int":
                 self.dims.append(skopt.space.Integer(int(p.low), int(p.high), prior, name=p.name))
             elif p.type == "double":
@@ -41,11 +41,7 @@ class SkoptSuggester(Suggester):
         }
 
     def _point(self, params: dict[str, Any]) -> list[Any]:
-        out = []
-        for p in self.params:
-            v = params[p.name]
-            out.append(int(v) if p.type == "int" else float(v) if p.type == "double" else str(v))
-        return out
+        return [library_value(p, params[p.name]) for p in self.params]
 
     def _suggest(self, history: list[History], n: int) -> list[Suggestion]:
         with warnings.catch_warnings():

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 
 from chexflow.katib.experiment.model import Experiment
-from chexflow.katib.suggestions.algorithms import SERVICE
+from chexflow.katib.suggestions.algorithms import SERVICE, STRICT_SERVICES
 
 Check = Callable[[str], "str | None"]
 
@@ -82,8 +82,6 @@ SETTINGS: dict[str, dict[str, Check]] = {
     },
     "sobol": {},
 }
-# Services that refuse a setting they do not know (goptuna ignores them).
-STRICT_SETTINGS = ("random", "tpe", "grid", "multivariate-tpe", "bayesianoptimization")
 
 
 def validate_algorithm(exp: Experiment) -> list[tuple[str, str]]:
@@ -102,7 +100,7 @@ def validate_algorithm(exp: Experiment) -> list[tuple[str, str]]:
     for i, (key, value) in enumerate(exp.algorithm_settings.items()):
         check = SETTINGS[name].get(key)
         if check is None:
-            if name in STRICT_SETTINGS:
+            if SERVICE[name] in STRICT_SERVICES:
                 out.append((f"{path}.algorithmSettings[{i}].name",
                             f"unknown setting {key} for algorithm {name}"))
         elif (msg := check(value)) is not None:
