@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import re
 import time
@@ -114,7 +115,8 @@ def parse_claims(items: list[str]) -> dict[str, str]:
 def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[str],
                        claims: dict[str, str]) -> Experiment:
     """The Experiment to create: `exp` (--set applied) in `namespace`, with --trial-arg set in
-    the primary container's command and --volume claims in the trialSpec, checked again."""
+    the primary container's command and --volume claims in the trialSpec. The spec is parsed
+    once per command: only a trialSpec that --trial-arg/--volume changed is checked again."""
     body = copy.deepcopy(exp.raw)
     template = body["spec"]["trialTemplate"]
     ref = template.get("configMap")
@@ -122,8 +124,9 @@ def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[
         body.setdefault("metadata", {})["namespace"] = namespace
         if ref and ref.get("configMapNamespace") == exp.namespace:  # kept beside the Experiment
             ref["configMapNamespace"] = namespace
-    if not trial_args and not claims:
-        return parse_experiment(body, exp.source, exp.config_map, exp.template_files)
+    if not trial_args and not claims:  # no field Katib's rules check has changed
+        return dataclasses.replace(exp, namespace=namespace or exp.namespace, raw=body,
+                                   trial_template=template)
     head = f"{exp.source}: " if exp.source else ""
     if ref is not None:  # a changed template goes with the Experiment, the ConfigMap unchanged
         if exp.config_map is None:
