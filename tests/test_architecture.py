@@ -29,6 +29,16 @@ LAYERS = (
     ("bench",),
     ("cli",),
 )
+# Katib's rooms (ARCHITECTURE.md), lowest first: a module of chexflow.katib imports only from
+# its rank and below (a prefix names a room or a module; the longest prefix decides).
+KATIB_RANKS = (
+    ("experiment",),
+    ("suggestions", "earlystopping"),
+    ("experiment.spec",),
+    ("local",),
+    ("cluster", "services"),
+    ("commands",),
+)
 # The development floor: the local cluster, its images and Go builds. It sits above the engine
 # (layers 0-4), which never imports it; only the benchmarks and the CLI use it.
 DEV_FLOOR = "chexflow.devcluster"
@@ -182,3 +192,20 @@ def test_the_engine_never_imports_the_development_floor():
            if m != "chexflow" and not m.startswith(DEV_FLOOR) and layer(m) < floor
            for t in targets if t.startswith(DEV_FLOOR)]
     assert not bad, "; ".join(bad)
+
+
+def katib_rank(module: str) -> int:
+    rest = module.removeprefix("chexflow.katib.")
+    best = max(((len(prefix), rank) for rank, prefixes in enumerate(KATIB_RANKS)
+                for prefix in prefixes if rest == prefix or rest.startswith(prefix + ".")),
+               default=None)
+    assert best is not None, f"{module}: in no rank of KATIB_RANKS; add its room there"
+    return best[1]
+
+
+def test_katib_rooms_import_down_their_ranks():
+    katib = {m: targets for m, targets in graph().items() if m.startswith("chexflow.katib.")}
+    up = [f"{m} (rank {katib_rank(m)}) imports {t} (rank {katib_rank(t)})"
+          for m, targets in katib.items() for t in targets
+          if t.startswith("chexflow.katib.") and katib_rank(t) > katib_rank(m)]
+    assert not up, "; ".join(up)

@@ -7,8 +7,9 @@ import statistics
 
 import yaml
 
-from chexflow.katib.spec import parse_experiment
-from chexflow.katib.suggest import History, make_suggester
+from chexflow.katib.experiment.spec import parse_experiment
+from chexflow.katib.suggestions.base import History
+from chexflow.katib.suggestions.libraries import make_suggester
 from chexflow.reference import reference_dir
 
 

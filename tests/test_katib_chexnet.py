@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.katib.metrics import read_tfevents
+from chexflow.katib.local.metrics import read_tfevents
 from tests.conftest import REPO, read_json, run_chexflow
 
 SPEC = REPO / "katib" / "specs" / "chexnet-tpe.yaml"

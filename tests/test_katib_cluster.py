@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.kubernetes import (
+from chexflow.katib.cluster.kubernetes import (
     ClusterError,
     cluster_experiment,
     optimal_from_status,
@@ -21,9 +21,9 @@ from chexflow.katib.kubernetes import (
     progress_line,
     trial_records,
 )
-from chexflow.katib.results import load_results, write_results
-from chexflow.katib.spec import load_experiment
-from chexflow.katib.trialspec import local_command, render_trial_spec
+from chexflow.katib.experiment.spec import load_experiment
+from chexflow.katib.experiment.trialspec import local_command, render_trial_spec
+from chexflow.katib.local.results import load_results, write_results
 from tests.conftest import run_chexflow
 
 SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"

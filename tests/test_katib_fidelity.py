@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chexflow.katib.runner import LocalRunner
-from chexflow.katib.spec import SpecError, parse_experiment
-from chexflow.katib.state import open_state
-from chexflow.katib.suggest import History, make_suggester
+from chexflow.katib.experiment.spec import SpecError, parse_experiment
+from chexflow.katib.local.runner import LocalRunner
+from chexflow.katib.local.state import open_state
+from chexflow.katib.suggestions.base import History
+from chexflow.katib.suggestions.libraries import make_suggester
 from chexflow.reference import reference_dir
 from tests.conftest import read_json, run_chexflow
 

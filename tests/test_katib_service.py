@@ -12,7 +12,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from chexflow.katib.service import API, HEALTH_SERVICE, api, server
+from chexflow.katib.services.server import API, HEALTH_SERVICE, api, server
 
 LR = {"name": "lr", "type": "DOUBLE", "min": "0.001", "max": "0.1", "dist": "LOG_UNIFORM"}
 OPT = {"name": "optimizer", "type": "CATEGORICAL", "list": ["adam", "sgd"]}
@@ -291,7 +291,7 @@ def test_a_restarted_service_continues_as_an_uninterrupted_one_without_repeats(a
     server with nothing in memory) answers as the uninterrupted one does for the same trials:
     the same suggestions, never a point a trial already holds, and the grid's end (18
     combinations: 4+4+4+4+2, then OUT_OF_RANGE) at the same request."""
-    from chexflow.katib.service import SERVED
+    from chexflow.katib.services.server import SERVED
 
     assert set(RESTART_CASES) == set(SERVED)  # every algorithm this service serves
     settings = {"random_state": "3"}

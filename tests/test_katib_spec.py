@@ -11,10 +11,11 @@ import pytest
 import yaml
 
 from chexflow.envs import trainer_python
-from chexflow.katib.experiment import format_value
-from chexflow.katib.spec import SpecError, load_experiment, parse_experiment
-from chexflow.katib.suggest import History, make_suggester
-from chexflow.katib.trialspec import local_command, render_trial_spec, split_mpirun
+from chexflow.katib.experiment.model import format_value
+from chexflow.katib.experiment.spec import SpecError, load_experiment, parse_experiment
+from chexflow.katib.experiment.trialspec import local_command, render_trial_spec, split_mpirun
+from chexflow.katib.suggestions.base import History
+from chexflow.katib.suggestions.libraries import make_suggester
 from chexflow.reference import reference_dir
 from tests.conftest import REPO, run_chexflow
 
@@ -218,7 +219,7 @@ def test_trainjob_spec_trials_are_valid_trainjobs_whose_launcher_pod_prints_the_
     the local runner refuses it in one line, starting nothing."""
     from chexflow.jobs.schema import validate_against_crd
     from chexflow.jobs.trainjob import RUNTIME_NAME, horovod_runtime
-    from chexflow.katib.spec import DEFAULT_CONDITIONS
+    from chexflow.katib.experiment.spec import DEFAULT_CONDITIONS
     from tests.test_trainjob import trainer_crd
 
     exp = load_experiment(TRAINJOB_SPEC)

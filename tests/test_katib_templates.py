@@ -13,15 +13,15 @@ import pytest
 import yaml
 
 from chexflow.jobs.render import mpirun_args
-from chexflow.katib.chexnet_template import (
+from chexflow.katib.experiment.chexnet_template import (
     CONFIG_MAP,
     KEY,
     NAMESPACE,
     TRAINJOB_KEY,
     templates_text,
 )
-from chexflow.katib.spec import load_experiment
-from chexflow.katib.templates import TemplateError
+from chexflow.katib.experiment.spec import load_experiment
+from chexflow.katib.experiment.templates import TemplateError
 from tests.conftest import REPO, run_chexflow
 
 KATIB = REPO / "katib"
@@ -44,9 +44,11 @@ spec:
 
 def test_trial_templates_file_is_up_to_date_with_the_jobs_renderer():
     """katib/trial-templates.yaml is what the generator makes from render_mpijob now; after a
-    change to the renderer or the training options: python -m chexflow.katib.chexnet_template."""
+    change to the renderer or the training options:
+    python -m chexflow.katib.experiment.chexnet_template."""
     assert TEMPLATES.read_text() == templates_text(), (
-        "katib/trial-templates.yaml is out of date: python -m chexflow.katib.chexnet_template")
+        "katib/trial-templates.yaml is out of date: "
+        "python -m chexflow.katib.experiment.chexnet_template")
 
 
 def test_every_spec_names_the_one_template_and_is_a_screen_long():

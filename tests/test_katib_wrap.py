@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from chexflow.envs import REPO_ROOT
-from chexflow.katib.spec import load_experiment
-from chexflow.katib.trialspec import (
+from chexflow.katib.experiment.spec import load_experiment
+from chexflow.katib.experiment.trialspec import (
     katib_wrap,
     kube_expand,
     local_command_parts,

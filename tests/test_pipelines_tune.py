@@ -20,8 +20,8 @@ from chexflow.components.steps import (
     tune_step,
     tune_trial_metrics,
 )
-from chexflow.katib.results import load_results
-from chexflow.katib.spec import load_experiment
+from chexflow.katib.experiment.spec import load_experiment
+from chexflow.katib.local.results import load_results
 from chexflow.train.options import TrainOptions
 from tests.conftest import run_chexflow
 

@@ -287,8 +287,8 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
     cluster: list[str] = []
     job_spec_path = spec_path
     if target.backend == "kubernetes":
-        from chexflow.katib.kubernetes import on_trial_volume
-        from chexflow.katib.spec import NAME_MAX, load_experiment
+        from chexflow.katib.cluster.kubernetes import on_trial_volume
+        from chexflow.katib.experiment.spec import NAME_MAX, load_experiment
 
         try:
             exp = load_experiment(spec_path)
@@ -319,7 +319,7 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
 
 def _templates_file(spec_path: str) -> Path:
     """The file of the spec's ConfigMap template (trialTemplate.configMap)."""
-    from chexflow.katib.spec import load_experiment
+    from chexflow.katib.experiment.spec import load_experiment
 
     config_map = load_experiment(spec_path).config_map
     if config_map is None:
@@ -352,7 +352,7 @@ def tune_trial_metrics(target: Target) -> dict[str, float | str]:
     """Every trial of the tune step (WORKDIR/tune/results.json, local or cluster) for the
     pipeline's metrics: trialN_METRIC (after its metricStrategy) for each metric it reported,
     and trialN its name and status (N: creation order from 1, as in objective.png)."""
-    from chexflow.katib.results import load_results
+    from chexflow.katib.local.results import load_results
 
     results = load_results(Path(target.path("tune")))
     metrics = list(results["objective"]["strategies"])

@@ -12,10 +12,10 @@ liveness probe: Ready then means serving), and katib-config lists only what runs
 Job, MPIJob v2beta1 and TrainJob v1alpha1 (Katib v0.19's trial controller skips a listed kind whose
 CRD is missing, logging it, and watches it only when its CRD was there at its start:
 `watch_trial_kinds_again` restarts it after Trainer), the Go goptuna suggestion service for random,
-tpe, cmaes and sobol, chexflow's own (chexflow.katib.service, in the launcher image) for Katib's
-Python algorithms grid, multivariate-tpe and bayesianoptimization, chexflow's medianstop early-
-stopping service (the `earlystopping` image: the launcher's with `chexflow katib-earlystopping` as
-entrypoint), and the File/StdOut metrics collector.
+tpe, cmaes and sobol, chexflow's own (chexflow.katib.services.server, in the launcher image) for
+Katib's Python algorithms grid, multivariate-tpe and bayesianoptimization, chexflow's medianstop
+early-stopping service (the `earlystopping` image: the launcher's with `chexflow
+katib-earlystopping` as entrypoint), and the File/StdOut metrics collector.
 
 katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
 the apiserver through the `kubernetes` Service, which is why --katib starts kube-proxy.
@@ -34,7 +34,7 @@ import yaml
 
 from chexflow.devcluster import crds, realnode
 from chexflow.errors import ChexflowError
-from chexflow.katib import algorithms
+from chexflow.katib.suggestions import algorithms
 
 NAMESPACE = "kubeflow"
 INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
@@ -43,7 +43,7 @@ DB_MANAGER_PORT = 6789
 COLLECTOR, GOPTUNA = "katib-file-metricscollector", "katib-suggestion-goptuna"
 IMAGES = (CONTROLLER, DB_MANAGER, COLLECTOR, GOPTUNA, MYSQL)
 GOPTUNA_ALGORITHMS = algorithms.served_on_dev_cluster(algorithms.GOPTUNA)
-# served by `chexflow katib-suggestion` in the launcher image (chexflow.katib.service)
+# served by `chexflow katib-suggestion` in the launcher image (chexflow.katib.services.server)
 LAUNCHER, EARLY_STOPPING = "launcher", "earlystopping"
 EARLY_STOPPING_ALGORITHMS = algorithms.EARLY_STOPPING
 CHEXFLOW_ALGORITHMS = algorithms.served_on_dev_cluster(algorithms.CHEXFLOW)

@@ -9,7 +9,7 @@ import secrets
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.results import table_text
+from chexflow.katib.local.results import table_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,7 +83,7 @@ def _volumes(items: list[str]) -> dict[str, Path]:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from chexflow.katib.spec import load_experiment
+    from chexflow.katib.experiment.spec import load_experiment
 
     exp = load_experiment(args.spec, args.overrides, args.trial_templates)
     state_dir = args.state or Path("runs") / "tune" / exp.name
@@ -97,7 +97,7 @@ def run_tune(args: argparse.Namespace) -> int:
 def run_katib_service(args: argparse.Namespace) -> int:
     import logging
 
-    from chexflow.katib.service import API, server
+    from chexflow.katib.services.server import API, server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     srv, port = server(args.service, args.address)
@@ -107,8 +107,8 @@ def run_katib_service(args: argparse.Namespace) -> int:
 
 
 def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
-    from chexflow.katib.kubernetes import cluster_experiment, parse_claims, run_on_cluster
-    from chexflow.katib.runner import template_quoting_note
+    from chexflow.katib.cluster.kubernetes import cluster_experiment, parse_claims, run_on_cluster
+    from chexflow.katib.local.runner import template_quoting_note
 
     if args.trial_command is not None:
         raise ChexflowError("--trial-command: runs trials as local shell commands; on a cluster "
@@ -135,10 +135,10 @@ def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
 
 
 def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
-    from chexflow.katib.results import write_results
-    from chexflow.katib.runner import LocalRunner, check_local, dry_run
-    from chexflow.katib.state import STATE_ENV, open_state
-    from chexflow.katib.suggest import LIBRARY
+    from chexflow.katib.local.results import write_results
+    from chexflow.katib.local.runner import LocalRunner, check_local, dry_run
+    from chexflow.katib.local.state import STATE_ENV, open_state
+    from chexflow.katib.suggestions.algorithms import LIBRARY
     from chexflow.processes import end_reaper, start_reaper
 
     check_local(exp, args.trial_command)

@@ -26,7 +26,7 @@ SPEC = REPO_ROOT / "katib" / "specs" / "chexnet-random.yaml"
 def _experiment(path: Path = SPEC) -> dict:
     """The spec with its ConfigMap's template inlined as trialSpec (Katib defaults a trialSpec;
     test_cluster_katib_tune.py has Katib read the ConfigMap)."""
-    from chexflow.katib.spec import load_experiment
+    from chexflow.katib.experiment.spec import load_experiment
 
     doc = next(d for d in yaml.safe_load_all(path.read_text()) if d)
     template = doc["spec"]["trialTemplate"]

@@ -125,8 +125,8 @@ def same_space_locally(cluster_state: Path, local_state: Path) -> None:
     """The same spec and sets through the local runner (same algorithm and seed; trivial
     trials): one reader loads both results, with the same parameter names, in the spec's
     order, the same types, and every value in the spec's space."""
-    from chexflow.katib.results import load_results
-    from chexflow.katib.spec import load_experiment
+    from chexflow.katib.experiment.spec import load_experiment
+    from chexflow.katib.local.results import load_results
 
     sets = ["spec.maxTrialCount=2", "spec.parallelTrialCount=1", "spec.maxFailedTrialCount=1",
             "spec.earlyStopping=null"]

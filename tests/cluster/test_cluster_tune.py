@@ -19,10 +19,10 @@ import pytest
 import yaml
 
 from chexflow.envs import REPO_ROOT
-from chexflow.katib.experiment import format_value
-from chexflow.katib.results import load_results
-from chexflow.katib.spec import load_experiment
-from chexflow.katib.suggest import make_suggester
+from chexflow.katib.experiment.model import format_value
+from chexflow.katib.experiment.spec import load_experiment
+from chexflow.katib.local.results import load_results
+from chexflow.katib.suggestions.libraries import make_suggester
 
 pytestmark = pytest.mark.cluster
 
@@ -400,7 +400,7 @@ def test_tune_service_account_from_katib_rbac_yaml_follows_an_experiment_to_a_fa
     from kubernetes import client, utils
     from kubernetes.client.rest import ApiException
 
-    from chexflow.katib.kubernetes import ClusterSweep, cluster_experiment, run_on_cluster
+    from chexflow.katib.cluster.kubernetes import ClusterSweep, cluster_experiment, run_on_cluster
 
     ns = k8s_namespace
     docs = [d for d in yaml.safe_load_all((REPO_ROOT / "katib" / "rbac.yaml").read_text()) if d]

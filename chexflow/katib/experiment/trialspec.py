@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.experiment import (
+from chexflow.katib.experiment.model import (
     DEFAULT_FILE_PATH,
     TRIAL_PARAM_RE,
     Experiment,

@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.experiment import Experiment
-from chexflow.katib.metrics import metric_values, objective_value, optimal_trial, trial_observation
-from chexflow.katib.state import TrialRecord
+from chexflow.katib.experiment.model import Experiment
+from chexflow.katib.local.metrics import (
+    metric_values,
+    objective_value,
+    optimal_trial,
+    trial_observation,
+)
+from chexflow.katib.local.state import TrialRecord
 from chexflow.kube import finished_condition
 
 RESULTS_FILE = "results.json"

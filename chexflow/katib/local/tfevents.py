@@ -1,4 +1,4 @@
-"""Katib's TensorFlowEvent metrics collector: `python -m chexflow.katib.tfevents DIR NAME...`
+"""Katib's TensorFlowEvent metrics collector: `python -m chexflow.katib.local.tfevents DIR NAME...`
 prints `{NAME: [values in wall-time order]}` as JSON.
 
 Run in the trainer environment (tensorboard's EventAccumulator, as Katib's tfevent collector
@@ -52,7 +52,7 @@ def collect(directory: str, metrics: list[str]) -> dict[str, list[float]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: python -m chexflow.katib.tfevents DIR METRIC...", file=sys.stderr)
+        print("usage: python -m chexflow.katib.local.tfevents DIR METRIC...", file=sys.stderr)
         return 2
     # no folder: no event files, as Katib's os.walk finds none (the objective is unavailable)
     print(json.dumps(collect(argv[0], argv[1:]) if os.path.isdir(argv[0]) else {}))

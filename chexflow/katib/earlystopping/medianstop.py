@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chexflow.katib.experiment import Experiment
+from chexflow.katib.experiment.model import Experiment
 
 DEFAULTS = {"min_trials_required": 3, "start_step": 4}
 

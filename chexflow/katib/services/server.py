@@ -2,28 +2,29 @@
 
 Katib runs its Python algorithms (hyperopt, optuna, scikit-optimize) in suggestion images of its
 own; chexflow serves the same libraries through the same suggesters its local runner uses
-(suggest.py), so a spec's grid, multivariate-tpe or bayesianoptimization runs on a cluster too.
+(chexflow/katib/suggestions), so a spec's grid, multivariate-tpe or bayesianoptimization runs on
+a cluster too.
 katib-config's `runtime.suggestions` names the launcher image with `chexflow katib-suggestion`
 for those algorithms; Katib's suggestion controller then starts one per Experiment, waits for
 grpc.health.v1 to report `manager.v1beta1.Suggestion` SERVING on port 6789, calls
 ValidateAlgorithmSettings once and GetSuggestions each time it needs trials, with the
 Experiment's spec and every Trial so far (their assignments and observed objective).
 
-The EarlyStopping service is medianstop (earlystop.py, Katib's semantics), in the `earlystopping`
-image (the launcher's, whose entrypoint is `chexflow katib-earlystopping`: katib-config gives an
-early-stopping service an image and nothing else). Katib starts it beside the suggestion, on
-port 6788, and asks it for the rule when it creates trials: the mean of the Succeeded trials'
-averages over their first start_step objective reports, read from katib-db-manager. The trial's
-metrics collector checks the rule; when it fires, it ends the trial's process and calls
-SetTrialStatus, which adds the EarlyStopped condition to the Trial (the pod's service account:
-Katib gives it a Role for that) in the pod's namespace.
+The EarlyStopping service is medianstop (earlystopping/medianstop.py, Katib's semantics), in the
+`earlystopping` image (the launcher's, whose entrypoint is `chexflow katib-earlystopping`:
+katib-config gives an early-stopping service an image and nothing else). Katib starts it beside the
+suggestion, on port 6788, and asks it for the rule when it creates trials: the mean of the Succeeded
+trials' averages over their first start_step objective reports, read from katib-db-manager. The
+trial's metrics collector checks the rule; when it fires, it ends the trial's process and calls
+SetTrialStatus, which adds the EarlyStopped condition to the Trial (the pod's service account: Katib
+gives it a Role for that) in the pod's namespace.
 
 As in Katib's services, the trials are the history, and nothing else is kept between calls: each
 GetSuggestions rebuilds the library's study from the request's trials, seeded from the
 Experiment's name (or random_state) and the number of trials, and grid ids come from the
-assignments (suggest.py), so a restarted service (a replaced suggestion pod) answers as the old
+assignments (suggestions/), so a restarted service (a replaced suggestion pod) answers as the old
 one would have: no point repeated, none forgotten. The served algorithms need no study-level
-state; cmaes and sobol, which do, are Katib's goptuna's on the cluster (algorithms.py).
+state; cmaes and sobol, which do, are Katib's goptuna's on the cluster (suggestions/algorithms.py).
 
 The API's messages come from the kubeflow-katib wheel's `katib_api_pb2` (Katib's api.proto),
 loaded by path: the package's own `__init__` needs the Katib SDK's dependencies, which the
@@ -43,17 +44,13 @@ from types import ModuleType
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.algorithms import CHEXFLOW, served_on_dev_cluster
-from chexflow.katib.earlystop import median_rule, validate_early_stopping
-from chexflow.katib.experiment import Collector, Experiment, Objective, format_value
-from chexflow.katib.spec import SpecError, parse_parameters
-from chexflow.katib.suggest import (
-    History,
-    SearchSpaceExhausted,
-    SuggestionFailed,
-    make_suggester,
-    validate_algorithm,
-)
+from chexflow.katib.earlystopping.medianstop import median_rule, validate_early_stopping
+from chexflow.katib.experiment.model import Collector, Experiment, Objective, format_value
+from chexflow.katib.experiment.spec import SpecError, parse_parameters
+from chexflow.katib.suggestions.algorithms import CHEXFLOW, served_on_dev_cluster
+from chexflow.katib.suggestions.base import History, SearchSpaceExhausted, SuggestionFailed
+from chexflow.katib.suggestions.libraries import make_suggester
+from chexflow.katib.suggestions.validation import validate_algorithm
 from chexflow.kube import load_api_client
 
 PORT = 6789
@@ -70,7 +67,7 @@ DISTRIBUTIONS = {"UNIFORM": "uniform", "LOG_UNIFORM": "logUniform", "NORMAL": "n
                  "LOG_NORMAL": "logNormal"}
 ACTIVE = ("CREATED", "RUNNING", "UNKNOWN")
 WITH_RESULT = ("SUCCEEDED", "EARLYSTOPPED")
-log = logging.getLogger("chexflow.katib.service")
+log = logging.getLogger("chexflow.katib.services.server")
 
 
 class ServiceError(ChexflowError):

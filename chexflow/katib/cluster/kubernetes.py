@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import re
 import time
@@ -42,12 +43,12 @@ from chexflow.errors import ChexflowError
 from chexflow.jobs.diagnosis import ended_attempts, pod_blockers
 from chexflow.jobs.render import JOB_NAME_LABEL
 from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
-from chexflow.katib.experiment import Experiment
-from chexflow.katib.results import optimal_entry, trial_line, write_results
-from chexflow.katib.spec import SpecError, parse_experiment
-from chexflow.katib.state import COMPLETED, STATE_FILE, TrialRecord
-from chexflow.katib.templates import describe, inline, not_found
-from chexflow.katib.trialspec import override_args, primary_container
+from chexflow.katib.experiment.model import Experiment
+from chexflow.katib.experiment.spec import SpecError, parse_experiment
+from chexflow.katib.experiment.templates import describe, inline, not_found
+from chexflow.katib.experiment.trialspec import override_args, primary_container
+from chexflow.katib.local.results import optimal_entry, trial_line, write_results
+from chexflow.katib.local.state import COMPLETED, STATE_FILE, TrialRecord
 from chexflow.kube import api_message, finished_condition, is_transient, load_api_client
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
@@ -114,7 +115,8 @@ def parse_claims(items: list[str]) -> dict[str, str]:
 def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[str],
                        claims: dict[str, str]) -> Experiment:
     """The Experiment to create: `exp` (--set applied) in `namespace`, with --trial-arg set in
-    the primary container's command and --volume claims in the trialSpec, checked again."""
+    the primary container's command and --volume claims in the trialSpec. The spec is parsed
+    once per command: only a trialSpec that --trial-arg/--volume changed is checked again."""
     body = copy.deepcopy(exp.raw)
     template = body["spec"]["trialTemplate"]
     ref = template.get("configMap")
@@ -122,8 +124,9 @@ def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[
         body.setdefault("metadata", {})["namespace"] = namespace
         if ref and ref.get("configMapNamespace") == exp.namespace:  # kept beside the Experiment
             ref["configMapNamespace"] = namespace
-    if not trial_args and not claims:
-        return parse_experiment(body, exp.source, exp.config_map, exp.template_files)
+    if not trial_args and not claims:  # no field Katib's rules check has changed
+        return dataclasses.replace(exp, namespace=namespace or exp.namespace, raw=body,
+                                   trial_template=template)
     head = f"{exp.source}: " if exp.source else ""
     if ref is not None:  # a changed template goes with the Experiment, the ConfigMap unchanged
         if exp.config_map is None:

@@ -17,9 +17,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from chexflow.katib.experiment import DEFAULT_FILE_PATH, Experiment
-from chexflow.katib.state import TrialRecord
-from chexflow.katib.trialspec import (
+from chexflow.katib.experiment.model import DEFAULT_FILE_PATH, Experiment
+from chexflow.katib.experiment.trialspec import (
     map_paths,
     override_args,
     parent_named,
@@ -29,6 +28,7 @@ from chexflow.katib.trialspec import (
     trial_values,
     volume_mounts,
 )
+from chexflow.katib.local.state import TrialRecord
 
 
 @dataclass

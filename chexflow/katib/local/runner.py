@@ -37,38 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.collectorpaths import TrialFolders
-from chexflow.katib.earlystop import RuleChecker, StopRule, median_rule
-from chexflow.katib.experiment import DEFAULT_FILE_PATH, Experiment
-from chexflow.katib.metrics import (
-    CollectorError,
-    TextParser,
-    objective_value,
-    optimal_trial,
-    parse_json_line,
-    read_metrics_file,
-    read_tfevents,
-)
-from chexflow.katib.results import trial_line
-from chexflow.katib.spec import SpecError
-from chexflow.katib.state import (
-    COMPLETED,
-    STATE_ENV,
-    TRIAL_ENV,
-    SweepState,
-    TrialRecord,
-    kill_leftover,
-    now,
-)
-from chexflow.katib.suggest import (
-    CLUSTER_ONLY,
-    History,
-    SearchSpaceExhausted,
-    SuggestionFailed,
-    make_suggester,
-)
-from chexflow.katib.templates import not_found
-from chexflow.katib.trialspec import (
+from chexflow.katib.earlystopping.medianstop import RuleChecker, StopRule, median_rule
+from chexflow.katib.experiment.model import DEFAULT_FILE_PATH, Experiment
+from chexflow.katib.experiment.spec import SpecError
+from chexflow.katib.experiment.templates import not_found
+from chexflow.katib.experiment.trialspec import (
     WRAPPED_COLLECTORS,
     TrialSpecError,
     active_deadline,
@@ -84,6 +57,29 @@ from chexflow.katib.trialspec import (
     render_trial_spec,
     trial_values,
 )
+from chexflow.katib.local.collectorpaths import TrialFolders
+from chexflow.katib.local.metrics import (
+    CollectorError,
+    TextParser,
+    objective_value,
+    optimal_trial,
+    parse_json_line,
+    read_metrics_file,
+    read_tfevents,
+)
+from chexflow.katib.local.results import trial_line
+from chexflow.katib.local.state import (
+    COMPLETED,
+    STATE_ENV,
+    TRIAL_ENV,
+    SweepState,
+    TrialRecord,
+    kill_leftover,
+    now,
+)
+from chexflow.katib.suggestions.algorithms import CLUSTER_ONLY
+from chexflow.katib.suggestions.base import History, SearchSpaceExhausted, SuggestionFailed
+from chexflow.katib.suggestions.libraries import make_suggester
 from chexflow.processes import die_with_parent, marked
 
 NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.experiment import ConfigMapTemplate
+from chexflow.katib.experiment.model import ConfigMapTemplate
 
 TEMPLATES_FILE = "trial-templates.yaml"
 TRIAL_SPEC_PATH = "spec.trialTemplate.trialSpec"

@@ -20,8 +20,8 @@ import subprocess
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.experiment import DEFAULT_METRICS_FORMAT, Experiment, Objective
-from chexflow.katib.state import TrialRecord
+from chexflow.katib.experiment.model import DEFAULT_METRICS_FORMAT, Experiment, Objective
+from chexflow.katib.local.state import TrialRecord
 
 
 class CollectorError(ChexflowError):
@@ -99,7 +99,7 @@ def read_tfevents(directory: Path, names: list[str]) -> dict[str, list[float]]:
     from chexflow.envs import trainer_python, with_chexflow_importable
 
     proc = subprocess.run(
-        [str(trainer_python()), "-m", "chexflow.katib.tfevents", str(directory), *names],
+        [str(trainer_python()), "-m", "chexflow.katib.local.tfevents", str(directory), *names],
         capture_output=True, text=True, env=with_chexflow_importable(os.environ), timeout=600,
     )
     if proc.returncode != 0:

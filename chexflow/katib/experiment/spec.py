@@ -21,9 +21,10 @@ from typing import Any
 import yaml
 
 from chexflow.errors import ChexflowError
-from chexflow.katib.batchjob import unknown_fields
-from chexflow.katib.earlystop import validate_early_stopping
-from chexflow.katib.experiment import (
+from chexflow.katib.earlystopping.medianstop import validate_early_stopping
+from chexflow.katib.experiment.batchjob import unknown_fields
+from chexflow.katib.experiment.fields import check_path
+from chexflow.katib.experiment.model import (
     API_VERSION,
     DEFAULT_FILE_PATH,
     DEFAULT_TFEVENT_DIR,
@@ -34,9 +35,8 @@ from chexflow.katib.experiment import (
     Objective,
     Parameter,
 )
-from chexflow.katib.fields import check_path
-from chexflow.katib.suggest import validate_algorithm
-from chexflow.katib.templates import TRIAL_SPEC_PATH, resolve
+from chexflow.katib.experiment.templates import TRIAL_SPEC_PATH, resolve
+from chexflow.katib.suggestions.validation import validate_algorithm
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 40

@@ -1,0 +1,1 @@
+"""The cluster client: an Experiment created, followed and read with the Kubernetes client."""

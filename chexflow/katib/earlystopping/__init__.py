@@ -1,0 +1,1 @@
+"""Early stopping: medianstop (Katib's pkg/earlystopping/v1beta1/medianstop)."""

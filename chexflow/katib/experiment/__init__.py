@@ -1,0 +1,1 @@
+"""The Katib Experiment model, its spec reader (defaults, webhook rules) and trial templates."""

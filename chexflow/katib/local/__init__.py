@@ -1,0 +1,1 @@
+"""The local runner: trials as local processes, their state, metrics and results."""

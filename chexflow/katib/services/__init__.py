@@ -1,0 +1,1 @@
+"""Katib's Suggestion and EarlyStopping gRPC services, served with chexflow's suggesters."""

@@ -1,0 +1,1 @@
+"""Suggestions: the algorithms table, settings rules, a module per library (pkg/suggestion)."""
