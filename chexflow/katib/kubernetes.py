@@ -587,7 +587,8 @@ class ClusterSweep:
 
     def write_observation_logs(self, trials: list[TrialRecord]) -> None:
         """STATE/observation-logs.json: every report of each trial's metrics, as Katib's
-        db-manager keeps them (read at its Service's ClusterIP); one line if it cannot be read."""
+        db-manager keeps them (at its Service's ClusterIP, or its DNS name in a pod that may not
+        read Services there); one line if they cannot be read."""
         from kubernetes import client
 
         from chexflow.katib.service import api
@@ -595,13 +596,16 @@ class ClusterSweep:
         ns, name, port = DB_MANAGER
         metrics = self.exp.objective.metric_names
         try:
+            host = client.CoreV1Api(self.api.api_client).read_namespaced_service(
+                name, ns).spec.cluster_ip
+        except Exception:  # noqa: BLE001 - not allowed or not there: Katib's own address
+            host = f"{name}.{ns}"
+        try:
             import grpc
 
             pb = api()
-            ip = client.CoreV1Api(self.api.api_client).read_namespaced_service(
-                name, ns).spec.cluster_ip
             logs: dict[str, dict[str, list[dict[str, Any]]]] = {}
-            with grpc.insecure_channel(f"{ip}:{port}") as channel:
+            with grpc.insecure_channel(f"{host}:{port}") as channel:
                 rpc = channel.unary_unary(
                     "/api.v1.beta1.DBManager/GetObservationLog",
                     request_serializer=pb.GetObservationLogRequest.SerializeToString,
@@ -614,8 +618,8 @@ class ClusterSweep:
                             {"time": m.time_stamp, "value": m.metric.value}
                             for m in reply.observation_log.metric_logs]
         except Exception as e:  # results stand without them
-            self.echo(f"observation logs: not read from {ns}/{name}:{port} "
-                      f"({api_message(e) if hasattr(e, 'status') else e})")
+            detail = e.details() if hasattr(e, "details") else e
+            self.echo(f"observation logs: not read from {ns}/{name} at {host}:{port} ({detail})")
             return
         path = self.state_dir / OBSERVATION_LOGS
         tmp = path.with_suffix(".tmp")
