@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
 FAULTS = ("katib-controller", "katib-db-manager", "katib-mysql", "suggestion")
 EPOCHS = 4  # reports per trial: val_auroc=0.1 .. 0.4, one every 3 s
-TRIALS, PARALLEL = 12, 2
+TRIALS, PARALLEL = 16, 2
 TABLE = REPO_ROOT / "docs" / "cluster-faults-katib.json"
 
 
