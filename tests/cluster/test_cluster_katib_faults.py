@@ -43,7 +43,7 @@ def _spec(name: str, image: str) -> dict:
         "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": name},
         "spec": {
             "objective": {"type": "maximize", "objectiveMetricName": "val_auroc"},
-            "algorithm": {"algorithmName": "random"},
+            "algorithm": {"algorithmName": "multivariate-tpe"},
             "metricsCollectorSpec": {"collector": {"kind": "StdOut"}},
             "parallelTrialCount": PARALLEL, "maxTrialCount": TRIALS,
             "maxFailedTrialCount": TRIALS,
@@ -208,7 +208,7 @@ def test_an_experiment_survives_katibs_controller_db_manager_mysql_and_suggestio
                                  capture_output=True, text=True).stdout.strip(),
         "experiment": {"trials": f"{TRIALS} batch Job trials, {PARALLEL} in parallel, "
                                  f"{EPOCHS} reports 3 s apart (StdOut collector)",
-                       "algorithm": "random (goptuna suggestion pod)",
+                       "algorithm": "multivariate-tpe (chexflow.katib.service pod)",
                        "outcome": cond["type"], "reason": cond.get("reason"),
                        "seconds": round(time.time() - started),
                        "counts": results["counts"],
