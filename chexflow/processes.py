@@ -3,13 +3,15 @@
 `die_with_parent` covers a direct child. A child's own children (a shell's program, horovodrun's
 workers) are found by a variable in their environment, which they all inherit: `start_reaper`
 starts a small process that stops every process marked so when its starter dies (even by
-SIGKILL), `stop_marked` stops them at once.
+SIGKILL), `stop_marked` stops them at once. A reaper started before its starter holds the lock
+of what it guards stops them only if no other live process holds that lock, until `reaper_owns`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -18,6 +20,7 @@ import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
+OWNED = b"owned\n"  # what reaper_owns tells a reaper
 
 
 def die_with_parent(sig: int = signal.SIGTERM):
@@ -61,13 +64,24 @@ def stop_marked(name: str, value: str, grace: float = 5.0) -> int:
     return len(pids)
 
 
-def start_reaper(name: str, value: str, grace: float = 5.0) -> subprocess.Popen:
+def start_reaper(name: str, value: str, grace: float = 5.0,
+                 lock: Path | None = None) -> subprocess.Popen:
     """A process that waits for this one to end (its stdin pipe closes, however this one dies),
-    then stops the processes marked NAME=VALUE. Close its stdin to end it."""
+    then stops the processes marked NAME=VALUE. Close its stdin to end it. With `lock` (a file
+    that the one running those processes holds flock'ed), it stops them only if it can take that
+    lock (they are a dead run's leftovers), until `reaper_owns` says this one holds it."""
     return subprocess.Popen(
-        [sys.executable, "-m", "chexflow.processes", name, value, str(grace)],
+        [sys.executable, "-m", "chexflow.processes", name, value, str(grace),
+         *([str(lock)] if lock is not None else [])],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
     )
+
+
+def reaper_owns(reaper: subprocess.Popen) -> None:
+    """Tell the reaper that this process now holds its lock: it stops the marked processes
+    however this one ends."""
+    reaper.stdin.write(OWNED)
+    reaper.stdin.flush()
 
 
 def end_reaper(reaper: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -81,14 +95,28 @@ def end_reaper(reaper: subprocess.Popen, timeout: float = 30.0) -> None:
         reaper.wait()
 
 
-def _reap(name: str, value: str, grace: float) -> None:
+def _reap(name: str, value: str, grace: float, lock: str | None) -> None:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):  # only the pipe ends it
         signal.signal(sig, signal.SIG_IGN)
+    told = b""
     with contextlib.suppress(OSError):
-        while sys.stdin.buffer.read(4096):
-            pass
-    stop_marked(name, value, grace)
+        while chunk := sys.stdin.buffer.read(4096):
+            told += chunk
+    if lock is None or OWNED in told:
+        stop_marked(name, value, grace)
+        return
+    try:
+        fh = open(lock, "a")  # noqa: SIM115 (held while stopping: no new run starts meanwhile)
+    except OSError:  # no lock file: nobody runs there
+        stop_marked(name, value, grace)
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another live run holds it: its processes are not leftovers
+            return
+        stop_marked(name, value, grace)
 
 
 if __name__ == "__main__":
-    _reap(sys.argv[1], sys.argv[2], float(sys.argv[3]))
+    _reap(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)

@@ -251,3 +251,49 @@ def test_set_null_removes_early_stopping_from_what_is_sent():
     sent = cluster_experiment(exp, "team-a", [], {})
     assert "earlyStopping" not in sent.raw["spec"] and sent.raw["spec"]["maxTrialCount"] == 2
     assert "earlyStopping" in load_experiment(SPEC).raw["spec"]
+
+
+class _Experiments:
+    """CustomObjectsApi's Experiment calls, answered from a dict (name -> object)."""
+
+    def __init__(self, objects: dict[str, dict]):
+        self.objects, self.created = objects, []
+
+    def get_namespaced_custom_object(self, group, version, ns, plural, name):
+        from kubernetes.client.rest import ApiException
+
+        if name not in self.objects:
+            raise ApiException(status=404, reason="Not Found")
+        return self.objects[name]
+
+    def create_namespaced_custom_object(self, group, version, ns, plural, body, dry_run=None):
+        self.created.append(body)
+
+
+def test_tune_cluster_follows_an_experiment_of_the_same_spec_and_refuses_another(tmp_path):
+    from kubernetes import client
+
+    from chexflow.katib.cluster.kubernetes import SPEC_ANNOTATION, ClusterSweep
+    from chexflow.reference import reference_dir
+
+    spec = reference_dir() / "katib-examples" / "random.yaml"
+    exp = cluster_experiment(load_experiment(spec, ["spec.maxTrialCount=20"]), "team-a", [], {})
+    sweep = ClusterSweep(exp, tmp_path, 10, 0.1, print, client.ApiClient())
+    sweep.api = api = _Experiments({})
+    assert sweep.create(dry_run=False) is None  # none there: created, with its spec's mark
+    (body,) = api.created
+    assert body["metadata"]["annotations"][SPEC_ANNOTATION] == exp.fingerprint()
+    assert SPEC_ANNOTATION not in (exp.raw["metadata"].get("annotations") or {})  # a copy
+
+    api.objects[exp.name] = body  # as `cluster up` after `down` finds it
+    assert sweep.create(dry_run=False) is body and len(api.created) == 1  # followed, not sent
+
+    other = cluster_experiment(load_experiment(spec, ["spec.maxTrialCount=30"]), "team-a", [], {})
+    sweep = ClusterSweep(other, tmp_path, 10, 0.1, print, client.ApiClient())
+    sweep.api = api
+    with pytest.raises(ClusterError) as e:
+        sweep.create(dry_run=False)
+    assert str(e.value) == (f"experiment team-a/{exp.name} already exists with a different spec "
+                            "(or one not created by `chexflow tune`); delete it or change "
+                            "metadata.name")
+    assert len(api.created) == 1

@@ -1,6 +1,7 @@
 """Local Katib trials never hang `chexflow tune` and never outlive it: --timeout stops the sweep
 (resumable), a job's activeDeadlineSeconds fails its trial as Katib records it, and SIGKILL of
-tune (or of a resume in its first seconds) leaves no trial process behind."""
+tune (or of a resume in its first seconds, even while it reads its spec) leaves no trial process
+behind, and a tune refused on a running sweep leaves that sweep's trials alone."""
 
 from __future__ import annotations
 
@@ -43,8 +44,12 @@ def sleepers(token: str) -> list[psutil.Process]:
 
 def reapers(state: Path) -> list[psutil.Process]:
     """The reaper a tune started for this state folder."""
-    return [p for p in psutil.process_iter(["cmdline"])
-            if (p.info["cmdline"] or [""])[-3:-1] == ["CHEXFLOW_KATIB_STATE", str(state)]]
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if cmd[2:5] == ["chexflow.processes", "CHEXFLOW_KATIB_STATE", str(state)]:
+            found.append(p)
+    return found
 
 
 def wait_for(check, what: str, seconds: float = 60):
@@ -120,6 +125,52 @@ def test_a_resume_killed_in_its_first_seconds_still_stops_the_leftovers(tmp_path
         for p in (first, resume):
             if p is not None:
                 p.kill()
+        kill_all(sleepers(token))
+
+
+def test_a_resume_killed_while_reading_its_spec_still_stops_the_leftovers(tmp_path: Path):
+    """The gap before a resume's reaper used to start (its imports and spec, about 1.5 s): the
+    resume reads its spec from a FIFO nobody writes, so it is killed there, every time."""
+    token = f"chexflow-orphan-{os.getpid()}-c"
+    state, cmd, fifo = tmp_path / "s", tree_command(token), tmp_path / "spec.yaml"
+    first = start_tune(example("random"), state, cmd)
+    resume = None
+    try:
+        wait_for(lambda: len(sleepers(token)) == 2, "the trial's two sleepers did not start")
+        kill_all(wait_for(lambda: reapers(state), "no reaper"))
+        first.kill()
+        first.wait()
+        os.mkfifo(fifo)
+        resume = start_tune(fifo, state, cmd)
+        wait_for(lambda: Path(f"/proc/{resume.pid}/wchan").read_text() == "wait_for_partner",
+                 "the resume did not open its spec", 30)
+        assert len(sleepers(token)) == 2  # left behind: the resume's to stop
+        resume.kill()
+        resume.wait()
+        deadline = time.monotonic() + 20
+        while sleepers(token) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not sleepers(token), "leftovers of the killed tune outlived a resume killed early"
+    finally:
+        for p in (first, resume):
+            if p is not None:
+                p.kill()
+        kill_all(sleepers(token))
+
+
+def test_a_second_tune_refused_on_a_running_sweep_leaves_its_trials_alone(tmp_path: Path):
+    token = f"chexflow-orphan-{os.getpid()}-d"
+    state, cmd = tmp_path / "s", tree_command(token)
+    first = start_tune(example("random"), state, cmd)
+    try:
+        wait_for(lambda: len(sleepers(token)) == 2, "the trial's two sleepers did not start")
+        second = tune(example("random"), state, cmd, *budget(1, 1), check=False)
+        assert second.returncode != 0 and "another `chexflow tune` is running" in second.stderr
+        time.sleep(2)  # the second one's reaper has ended
+        assert len(sleepers(token)) == 2 and first.poll() is None
+    finally:
+        first.kill()
+        first.wait()
         kill_all(sleepers(token))
 
 

@@ -322,3 +322,27 @@ def test_a_restarted_service_continues_as_an_uninterrupted_one_without_repeats(a
             4, 4, 4, 4, 2, "OUT_OF_RANGE"]
     keys = [json.dumps(a, sort_keys=True) for a in points]
     assert len(set(keys)) == len(keys), keys
+
+
+@pytest.mark.parametrize("settings", [{}, {"random_state": "3"}])
+@pytest.mark.parametrize("algorithm", ["multivariate-tpe", "bayesianoptimization"])
+def test_a_point_given_before_its_trial_is_listed_is_not_given_again(channel, algorithm,
+                                                                     settings):
+    """Katib's controller may ask again before it has made the Trial of the point it was just
+    given (seen with katib-controller or db-manager SIGKILLed): the same trials, one point more
+    given (total_request_number - current_request_number above the trials sent), a new point."""
+    pb = api()
+    exp = _experiment(f"gap-{algorithm}", algorithm, [LR], settings, max_trials=8)
+    trials = [_trial("t1", {"lr": "0.01"}, "SUCCEEDED", 0.7),
+              _trial("t2", {"lr": "0.05"}, "SUCCEEDED", 0.6, start="2026-11-25T12:00:01Z")]
+
+    def ask(given: int) -> dict:
+        request = pb.GetSuggestionsRequest(experiment=exp, trials=trials,
+                                           current_request_number=1,
+                                           total_request_number=given + 1)
+        (point,) = _call(channel, "GetSuggestions", request).parameter_assignments
+        return {a.name: a.value for a in point.assignments}
+
+    first = ask(given=2)  # every point given so far is a trial sent
+    assert ask(given=2) == first  # the same request: the same answer (a restart gives it too)
+    assert ask(given=3) != first  # `first` given, its Trial not listed yet

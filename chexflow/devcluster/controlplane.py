@@ -179,7 +179,7 @@ class LocalCluster:
             node_bin = binaries.ensure_node_binaries()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if fresh:
-            for stale in ("etcd", "logs"):
+            for stale in ("etcd", "logs", "volumes"):  # volumes: hostPath data (katib-mysql)
                 shutil.rmtree(self.state_dir / stale, ignore_errors=True)
         for stale in (STATE_FILE, supervise.STOPPING_FILE, supervise.SUPERVISOR_FILE):
             (self.state_dir / stale).unlink(missing_ok=True)  # left by a crash

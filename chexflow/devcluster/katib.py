@@ -1,21 +1,22 @@
 """Katib v0.19.0 on the local cluster's real node (`chexflow cluster up --katib`).
 
 Everything runs as pods in namespace `kubeflow` (its pods all go to the real node): katib-mysql
-(emptyDir, no PVC), katib-db-manager, and katib-controller with its RBAC, the katib-config
-ConfigMap and the experiment/pod webhooks, whose certificate Katib's own cert generator makes
-(`init.certGenerator.enable`: it fills the katib-webhook-cert Secret and the webhooks' caBundle).
-The manifests are Katib's own, read from the Katib Go module as crds.py reads the CRDs
-(`manifests/v1beta1/components/...`), with these changes: images are the ones images.py builds
-(`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run with their own entrypoints,
-mysql keeps its data in an emptyDir, db-manager gets a readiness probe (gRPC on its port, as its
-liveness probe: Ready then means serving), and katib-config lists only what runs here: trial kinds
-Job, MPIJob v2beta1 and TrainJob v1alpha1 (Katib v0.19's trial controller skips a listed kind whose
-CRD is missing, logging it, and watches it only when its CRD was there at its start:
-`watch_trial_kinds_again` restarts it after Trainer), the Go goptuna suggestion service for random,
-tpe, cmaes and sobol, chexflow's own (chexflow.katib.services.server, in the launcher image) for
-Katib's Python algorithms grid, multivariate-tpe and bayesianoptimization, chexflow's medianstop
-early-stopping service (the `earlystopping` image: the launcher's with `chexflow
-katib-earlystopping` as entrypoint), and the File/StdOut metrics collector.
+(its data in STATE/volumes/katib-mysql), katib-db-manager, and katib-controller with its RBAC, the
+katib-config ConfigMap and the experiment/pod webhooks, whose certificate Katib's own cert
+generator makes (`init.certGenerator.enable`: it fills the katib-webhook-cert Secret and the
+webhooks' caBundle). The manifests are Katib's own, read from the Katib Go module as crds.py reads
+the CRDs (`manifests/v1beta1/components/...`), with these changes: images are the ones images.py
+builds (`chexflow.local/...`, `imagePullPolicy: Never`: no registry here) run with their own
+entrypoints, mysql's claim is that hostPath folder (kept by `cluster down`/`up` as a PV would be),
+db-manager gets a readiness probe (gRPC on its port, as its liveness probe: Ready then means
+serving), and katib-config lists only what runs here: trial kinds Job, MPIJob v2beta1 and TrainJob
+v1alpha1 (Katib v0.19's trial controller skips a listed kind whose CRD is missing, logging it, and
+watches it only when its CRD was there at its start: `watch_trial_kinds_again` restarts it after
+Trainer), the Go goptuna suggestion service for random, tpe, cmaes and sobol, chexflow's own
+(chexflow.katib.services.server, in the launcher image) for Katib's Python algorithms grid,
+multivariate-tpe and bayesianoptimization, chexflow's medianstop early-stopping service (the
+`earlystopping` image: the launcher's with `chexflow katib-earlystopping` as entrypoint), and the
+File/StdOut metrics collector.
 
 katib-controller reaches db-manager and the suggestion services through ClusterIP Services and
 the apiserver through the `kubernetes` Service, which is why --katib starts kube-proxy.
@@ -26,6 +27,7 @@ metrics collector there) and, on this cluster, realnode.namespace_annotations().
 from __future__ import annotations
 
 import copy
+import os
 import socket
 import time
 from pathlib import Path
@@ -40,6 +42,7 @@ NAMESPACE = "kubeflow"
 INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
 CONTROLLER, DB_MANAGER, MYSQL = "katib-controller", "katib-db-manager", "katib-mysql"
 DB_MANAGER_PORT = 6789
+MYSQL_UID = 999  # runAsUser/runAsGroup in Katib's mysql.yaml
 COLLECTOR, GOPTUNA = "katib-file-metricscollector", "katib-suggestion-goptuna"
 IMAGES = (CONTROLLER, DB_MANAGER, COLLECTOR, GOPTUNA, MYSQL)
 GOPTUNA_ALGORITHMS = algorithms.served_on_dev_cluster(algorithms.GOPTUNA)
@@ -101,8 +104,9 @@ def katib_config(refs: dict[str, str]) -> dict:
     }
 
 
-def _adapt(doc: dict, refs: dict[str, str]) -> dict:
-    """Katib's manifest with our images (own entrypoints, never pulled), no PVC, and a
+def _adapt(doc: dict, refs: dict[str, str], mysql_data: Path | None = None) -> dict:
+    """Katib's manifest with our images (own entrypoints, never pulled), MySQL's claim as a
+    hostPath folder `mysql_data` (as a local PV; an emptyDir without it), and a
     readiness probe for db-manager (Katib's has only a liveness probe, so its pod counts as
     Ready, and its Service routes to it, seconds before it listens: it waits for MySQL first)."""
     doc = copy.deepcopy(doc)
@@ -118,11 +122,14 @@ def _adapt(doc: dict, refs: dict[str, str]) -> dict:
     for v in pod.get("volumes", []):
         if "persistentVolumeClaim" in v:
             del v["persistentVolumeClaim"]
-            v["emptyDir"] = {}
+            if doc["metadata"]["name"] == MYSQL and mysql_data is not None:
+                v["hostPath"] = {"path": str(mysql_data), "type": "Directory"}
+            else:
+                v["emptyDir"] = {}
     return doc
 
 
-def documents(refs: dict[str, str]) -> list[dict]:
+def documents(refs: dict[str, str], mysql_data: Path | None = None) -> list[dict]:
     """Every object to create, in order: namespace, config, Katib's manifests adapted."""
     root = components_dir()
     docs: list[dict] = [
@@ -145,8 +152,17 @@ def documents(refs: dict[str, str]) -> list[dict]:
                 if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding") and \
                         "Webhook" not in doc["kind"]:
                     doc["metadata"]["namespace"] = NAMESPACE
-                docs.append(_adapt(doc, refs))
+                docs.append(_adapt(doc, refs, mysql_data))
     return docs
+
+
+def mysql_folder(state_dir: Path) -> Path:
+    """katib-mysql's data under the cluster's folder: kept by `cluster down`/`up` (as a PVC's
+    volume would be), removed by `up --fresh`; owned by MySQL's uid (a hostPath gets no fsGroup)."""
+    folder = state_dir / "volumes" / MYSQL
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chown(folder, MYSQL_UID, MYSQL_UID)
+    return folder
 
 
 def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
@@ -160,7 +176,7 @@ def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
             node.import_image(Path(image.archive))
     refs = {name: image.ref for name, image in images.items()}
     api = cluster.api_client()
-    for doc in documents(refs):
+    for doc in documents(refs, mysql_folder(cluster.state_dir)):
         try:
             utils.create_from_dict(api, doc)
         except utils.FailToCreateError as e:

@@ -83,15 +83,36 @@ def _volumes(items: list[str]) -> dict[str, Path]:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    from chexflow.katib.experiment.spec import load_experiment
+    local = not args.cluster and not args.dry_run
+    # a local run's reaper starts first: however this run ends, even by SIGKILL while it reads
+    # its spec, a dead run's leftover trial processes on the same state folder are stopped
+    reaper = _reaper(args.state) if local and args.state is not None else None
+    try:
+        from chexflow.katib.experiment.spec import load_experiment
 
-    exp = load_experiment(args.spec, args.overrides, args.trial_templates)
-    state_dir = args.state or Path("runs") / "tune" / exp.name
-    if args.cluster:
-        return _run_cluster(args, exp, state_dir)
-    if args.namespace:
-        raise ChexflowError("--namespace: applies to --cluster only (a local sweep has none)")
-    return _run_local(args, exp, state_dir)
+        exp = load_experiment(args.spec, args.overrides, args.trial_templates)
+        state_dir = args.state or Path("runs") / "tune" / exp.name
+        if args.cluster:
+            return _run_cluster(args, exp, state_dir)
+        if args.namespace:
+            raise ChexflowError("--namespace: applies to --cluster only (a local sweep has none)")
+        if local and reaper is None:
+            reaper = _reaper(state_dir)
+        return _run_local(args, exp, state_dir, reaper)
+    finally:
+        if reaper is not None:
+            from chexflow.processes import end_reaper
+
+            end_reaper(reaper)
+
+
+def _reaper(state_dir: Path):
+    """The reaper of a local sweep's trial processes (chexflow.processes)."""
+    from chexflow.katib.local.state import LOCK_FILE, STATE_ENV
+    from chexflow.processes import start_reaper
+
+    state_dir = state_dir.resolve()  # SweepState.marker
+    return start_reaper(STATE_ENV, str(state_dir), lock=state_dir / LOCK_FILE)
 
 
 def run_katib_service(args: argparse.Namespace) -> int:
@@ -134,12 +155,12 @@ def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
     return 0 if cond.get("type") == "Succeeded" else 1
 
 
-def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
+def _run_local(args: argparse.Namespace, exp, state_dir: Path, reaper) -> int:
     from chexflow.katib.local.results import write_results
     from chexflow.katib.local.runner import LocalRunner, check_local, dry_run
-    from chexflow.katib.local.state import STATE_ENV, open_state
+    from chexflow.katib.local.state import open_state
     from chexflow.katib.suggestions.algorithms import LIBRARY
-    from chexflow.processes import end_reaper, start_reaper
+    from chexflow.processes import reaper_owns
 
     check_local(exp, args.trial_command)
     volumes = _volumes(args.volumes)
@@ -156,16 +177,12 @@ def _run_local(args: argparse.Namespace, exp, state_dir: Path) -> int:
             print(json.dumps(s))
         return 0
     state.lock()
-    # however this process ends, even by SIGKILL, no trial process outlives it
-    reaper = start_reaper(STATE_ENV, state.marker)
-    try:
-        print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}, "
-              f"{exp.parallel_trial_count} in parallel, state in {state_dir}", flush=True)
-        runner = LocalRunner(exp, state, args.trial_command, volumes, args.trial_args,
-                             progress=not args.no_progress, timeout=args.timeout)
-        cond = runner.run()
-    finally:
-        end_reaper(reaper)
+    reaper_owns(reaper)  # however this process ends, even by SIGKILL, no trial outlives it
+    print(f"experiment {exp.name}: {exp.algorithm} via {LIBRARY[exp.algorithm]}, "
+          f"{exp.parallel_trial_count} in parallel, state in {state_dir}", flush=True)
+    runner = LocalRunner(exp, state, args.trial_command, volumes, args.trial_args,
+                         progress=not args.no_progress, timeout=args.timeout)
+    cond = runner.run()
     summary = write_results(exp, state.directory, state.trials, state.conditions)
     print(table_text(_rows_for_print(summary)))
     print(f"experiment {exp.name}: {cond['type']} ({cond['reason']}: {cond['message']})")

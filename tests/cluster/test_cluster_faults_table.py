@@ -8,7 +8,7 @@ last fault) is written beside the test's data (to docs/cluster-faults.json, whic
 docs/local-cluster.md quotes, with CHEXFLOW_RECORD_FAULT_TABLE=1).
 
 Katib's components (controller, db-manager, MySQL, a suggestion pod) are pods on the Katib
-cluster and are not in this table."""
+cluster: tests/cluster/test_cluster_katib_faults.py kills them while an Experiment runs."""
 
 from __future__ import annotations
 

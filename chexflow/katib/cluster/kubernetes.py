@@ -77,6 +77,9 @@ NO_EARLY_STOPPING_SERVICE = "unable to get EarlyStopping config data"
 NO_SUGGESTION_SERVICE = "unable to get Suggestion config data"
 # ... and for a ConfigMap template it cannot read (manifest/generator.go errConfigMapNotFound)
 NO_CONFIG_MAP = "configMap not found"
+SPEC_ANNOTATION = "chexflow.io/spec-sha256"  # Experiment.fingerprint() of what tune sent
+DB_MANAGER = ("kubeflow", "katib-db-manager", 6789)  # Katib's default dbManagerAddress
+OBSERVATION_LOGS = "observation-logs.json"
 TEMPLATE_WAIT_S = 15.0  # how long a just-written ConfigMap may take to reach Katib's cache
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -279,14 +282,21 @@ class ClusterSweep:
     def where(self) -> str:
         return f"experiment {self.ns}/{self.name}"
 
-    def create(self, dry_run: bool) -> None:
+    def create(self, dry_run: bool) -> dict | None:
+        """Create the Experiment; returns the one already there when it holds this spec
+        (created by an earlier `chexflow tune` of it), which is then followed instead."""
+        if (existing := self.existing()) is not None:
+            return existing
         body, written = self.apply_template(dry_run)
+        body = copy.deepcopy(body)
+        annotations = body.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations[SPEC_ANNOTATION] = self.exp.fingerprint()
         until = time.monotonic() + TEMPLATE_WAIT_S
         while True:
             try:
                 self.api.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body,
                                                          dry_run="All" if dry_run else None)
-                return
+                return None
             except Exception as e:
                 # Katib's webhook reads ConfigMaps from its informer's cache: a moment behind
                 if not (written and NO_CONFIG_MAP in api_message(e)
@@ -340,6 +350,21 @@ class ClusterSweep:
             raise ClusterError(f"{where}: not {verb}: {api_message(e)}") from e
         self.echo(f"{where}: {verb} from {found.file} (the trial template Katib reads)")
         return body, True
+
+    def existing(self) -> dict | None:
+        """The Experiment of this name if it holds this spec; one line if another spec."""
+        try:
+            obj = self.api.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL,
+                                                        self.name)
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                return None
+            raise ClusterError(f"{self.where}: reading it: {api_message(e)}") from e
+        sent = ((obj.get("metadata") or {}).get("annotations") or {}).get(SPEC_ANNOTATION)
+        if sent != self.exp.fingerprint():
+            raise ClusterError(f"{self.where} already exists with a different spec (or one not "
+                               f"created by `chexflow tune`); delete it or change metadata.name")
+        return obj
 
     def _refused(self, e: Exception) -> NoReturn:
         """One line for an Experiment the API server or Katib's webhook refused."""
@@ -557,9 +582,52 @@ class ClusterSweep:
             if (c.get("type") == "Failed" and c.get("status") == "True"
                     and c.get("message") == SUGGESTION_FAILED):
                 c["message"] = f"{SUGGESTION_FAILED}: {self.suggestion_failure()}"
-        return write_results(self.exp, self.state_dir, trials, conditions,
-                             optimal_from_status(self.exp, obj),
-                             where=f"on the cluster, namespace {self.ns}")
+        summary = write_results(self.exp, self.state_dir, trials, conditions,
+                                optimal_from_status(self.exp, obj),
+                                where=f"on the cluster, namespace {self.ns}")
+        self.write_observation_logs(trials)
+        return summary
+
+    def write_observation_logs(self, trials: list[TrialRecord]) -> None:
+        """STATE/observation-logs.json: every report of each trial's metrics, as Katib's
+        db-manager keeps them (at its Service's ClusterIP, or its DNS name in a pod that may not
+        read Services there); one line if they cannot be read."""
+        from kubernetes import client
+
+        from chexflow.katib.services.server import api
+
+        ns, name, port = DB_MANAGER
+        metrics = self.exp.objective.metric_names
+        try:
+            host = client.CoreV1Api(self.api.api_client).read_namespaced_service(
+                name, ns).spec.cluster_ip
+        except Exception:  # noqa: BLE001 - not allowed or not there: Katib's own address
+            host = f"{name}.{ns}"
+        try:
+            import grpc
+
+            pb = api()
+            logs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+            with grpc.insecure_channel(f"{host}:{port}") as channel:
+                rpc = channel.unary_unary(
+                    "/api.v1.beta1.DBManager/GetObservationLog",
+                    request_serializer=pb.GetObservationLogRequest.SerializeToString,
+                    response_deserializer=pb.GetObservationLogReply.FromString)
+                for t in trials:
+                    for metric in metrics:
+                        reply = rpc(pb.GetObservationLogRequest(trial_name=t.name,
+                                                                metric_name=metric), timeout=30)
+                        logs.setdefault(t.name, {})[metric] = [
+                            {"time": m.time_stamp, "value": m.metric.value}
+                            for m in reply.observation_log.metric_logs]
+        except Exception as e:  # results stand without them
+            detail = e.details() if hasattr(e, "details") else e
+            self.echo(f"observation logs: not read from {ns}/{name} at {host}:{port} ({detail})")
+            return
+        path = self.state_dir / OBSERVATION_LOGS
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(logs, indent=1))
+        tmp.replace(path)
 
 
 def check_state_dir(state_dir: Path) -> None:
@@ -577,11 +645,18 @@ def run_on_cluster(exp: Experiment, state_dir: Path, timeout: float, poll: float
     if not dry_run:
         check_state_dir(state_dir)
     sweep = ClusterSweep(exp, state_dir, timeout, poll, echo, api_client)
-    sweep.create(dry_run)
-    if dry_run:
+    existing = sweep.create(dry_run)
+    if existing is not None:
+        created = (existing.get("metadata") or {}).get("creationTimestamp")
+        echo(f"{sweep.where} exists with this spec (created {created} by `chexflow tune`): "
+             + ("nothing sent (dry run)" if dry_run else "its results follow"))
+        if dry_run:
+            return {}
+    elif dry_run:
         echo(f"{sweep.where}: accepted by the API server (dry run)")
         return {}
-    echo(f"{sweep.where} created ({exp.algorithm}, {exp.parallel_trial_count} in parallel, "
-         f"up to {exp.max_trial_count} trials); waiting for Succeeded or Failed")
+    else:
+        echo(f"{sweep.where} created ({exp.algorithm}, {exp.parallel_trial_count} in parallel, "
+             f"up to {exp.max_trial_count} trials); waiting for Succeeded or Failed")
     obj, trials, _ = sweep.run()
     return sweep.write(obj, trials)

@@ -22,6 +22,7 @@ from chexflow.processes import stop_marked
 
 STATE_FILE = "state.json"
 TRIAL_ENV = "CHEXFLOW_KATIB_TRIAL"
+LOCK_FILE = ".lock"  # flock'ed by the runner of the sweep
 STATE_ENV = "CHEXFLOW_KATIB_STATE"  # every trial process of a sweep: its state folder
 ACTIVE = ("Created", "Running")
 COMPLETED = ("Succeeded", "Failed", "MetricsUnavailable", "EarlyStopped", "Killed")
@@ -116,7 +117,7 @@ class SweepState:
 
     def lock(self) -> None:
         """One runner per state folder."""
-        fh = open(self.directory / ".lock", "w")  # noqa: SIM115 (held while the sweep runs)
+        fh = open(self.directory / LOCK_FILE, "w")  # noqa: SIM115 (held while the sweep runs)
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -153,7 +154,7 @@ def open_state(directory: Path, experiment: str, fingerprint: str, spec: dict,
             conditions=data.get("conditions", []),
             optuna_study_attrs=data.get("optuna_study_attrs", {}),
         )
-    if directory.exists() and any(p for p in directory.iterdir() if p.name != ".lock"):
+    if directory.exists() and any(p for p in directory.iterdir() if p.name != LOCK_FILE):
         raise StateError(
             f"{directory}: exists and is not a `chexflow tune` state folder; pick a new --state"
         )

@@ -33,6 +33,7 @@ control environment does not install.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import threading
@@ -153,6 +154,13 @@ class SuggestionService:
         except SpecError as e:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
         seed = zlib.crc32(exp.name.encode())  # random_state in the settings overrides it
+        # points Katib gave whose Trials it has not listed yet (a slow or restarted controller
+        # asks again first): the same history must not give them again, so the seed moves on
+        given = request.total_request_number - request.current_request_number
+        if (missing := given - len(request.trials)) > 0:
+            settings = dict(exp.algorithm_settings)
+            seed = int(settings.pop("random_state", seed)) + missing
+            exp = dataclasses.replace(exp, algorithm_settings=settings)
         try:
             suggestions = make_suggester(exp, seed).suggest(
                 self.history(exp, list(request.trials)), request.current_request_number)
