@@ -237,13 +237,20 @@ def pods_run(target: Target, settings: Settings, index: int,
         workers=settings.workers, horovod=True, gpus_per_worker=0, cpu=WORKER_CPU_REQUEST,
         memory=WORKER_MEMORY, volumes=[Volume("data", MOUNT)],
         timeout_seconds=JOB_TIMEOUT_SECONDS)
+    stream = io.StringIO()
     backend = BenchBackend(namespace=target.namespace, api_client=target.api, image=target.image,
-                           poll_seconds=2, delete_policy="always", stream=io.StringIO(),
+                           poll_seconds=2, delete_policy="always", stream=stream,
                            job_kind=kind.job_kind, runtime=target.namespace)
     pods = PodWatch(target.api, target.namespace, name, kind)
     pods.start()
     try:
-        backend.run(spec)  # deletes the MPIJob however it ends
+        backend.run(spec)  # deletes the job however it ends
+    except ChexflowError as e:
+        pods.stop()
+        attempts = "".join(f"\n--- attempt {key} ---\n{tail[-1500:]}"
+                           for key, tail in backend._failed_attempts.items())
+        raise RealPodsError(f"{e}\n--- the job backend's log ---\n{stream.getvalue()[-3000:]}"
+                            f"{attempts}") from None
     except BaseException:
         pods.stop()
         raise
