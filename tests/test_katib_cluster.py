@@ -297,3 +297,20 @@ def test_tune_cluster_follows_an_experiment_of_the_same_spec_and_refuses_another
                             "(or one not created by `chexflow tune`); delete it or change "
                             "metadata.name")
     assert len(api.created) == 1
+
+
+def test_trial_args_go_into_a_trainjob_trials_trainer_command_as_into_a_local_trial(tmp_path):
+    """chexnet-random-trainjob.yaml: --trial-arg changes the TrainJob's spec.trainer.command
+    (what chexflow's runtime runs in the launcher), the same flags a local trial gets."""
+    spec = SPEC.parent / "chexnet-random-trainjob.yaml"
+    exp = load_experiment(spec, ["spec.maxTrialCount=3"])
+    sent = cluster_experiment(exp, "team-a", TRIAL_ARGS, {})
+    trainer = sent.raw["spec"]["trialTemplate"]["trialSpec"]["spec"]["trainer"]
+    cluster_argv = trainer["command"] + trainer.get("args", [])  # Trainer: the container's
+    assert cluster_argv[0] == "mpirun"
+    params = {"lr": 0.001, "batch-size": "16", "optimizer": "adam", "weight-decay": 1e-5}
+    local_argv, _ = local_command(exp, render_trial_spec(exp, "t1", params), {}, tmp_path,
+                                  TRIAL_ARGS)
+    for name in ("--epochs", "--image-size", "--weights", "--steps-per-epoch", "--data"):
+        assert flag(cluster_argv, name) == flag(local_argv, name), name
+    assert flag(cluster_argv, "--lr") == "${trialParameters.learningRate}"

@@ -212,11 +212,10 @@ def test_chexnet_spec_is_katib_and_mpijob_v2beta1(path: Path):
     assert program[program.index("--out") + 1] == "/mnt/chexflow/runs/katib/chexnet-trial-1"
 
 
-def test_trainjob_spec_trials_are_valid_trainjobs_whose_launcher_pod_prints_the_metrics(tmp_path):
+def test_trainjob_spec_trials_are_valid_trainjobs_whose_launcher_pod_prints_the_metrics():
     """chexnet-random-trainjob: the trial is a TrainJob valid under Trainer's CRD, on
     chexflow's Horovod runtime; Katib's TrainJob conditions; the primary pod is the runtime's
-    launcher replicated job (runLauncherAsNode), whose container is primaryContainerName;
-    the local runner refuses it in one line, starting nothing."""
+    launcher replicated job (runLauncherAsNode), whose container is primaryContainerName."""
     from chexflow.jobs.schema import validate_against_crd
     from chexflow.jobs.trainjob import RUNTIME_NAME, horovod_runtime
     from chexflow.katib.experiment.spec import DEFAULT_CONDITIONS
@@ -248,8 +247,38 @@ def test_trainjob_spec_trials_are_valid_trainjobs_whose_launcher_pod_prints_the_
     assert program[program.index("--lr") + 1] == format_value(exp.parameter("lr"), params["lr"])
     assert program[program.index("--out") + 1] == "/mnt/chexflow/runs/katib/chexnet-trial-1"
 
-    proc = run_chexflow("tune", TRAINJOB_SPEC, "--state", tmp_path / "s", check=False)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_trainjob_spec_runs_locally_as_the_mpijob_spec_does_and_a_foreign_runtime_is_refused(
+        tmp_path: Path):
+    """The local runner knows chexflow's runtime: a TrainJob trial on it runs its trainer
+    command as an MPIJob launcher's (mpirun -> horovodrun, the data volume of its
+    runtimePatches mapped), the very argv of chexnet-random.yaml's trial. A TrainJob on a
+    runtime chexflow does not ship is refused in one line, starting nothing."""
+    mpijob = load_experiment(REPO / "katib" / "specs" / "chexnet-random.yaml")
+    trainjob = load_experiment(TRAINJOB_SPEC)
+    params = make_suggester(trainjob, 0).suggest([], 1)[0].parameters
+    argvs = [local_command(exp, render_trial_spec(exp, "t1", params), {"data": tmp_path},
+                           tmp_path / "vols", ["epochs=1", "weights=none"])
+             for exp in (mpijob, trainjob)]
+    assert argvs[0] == argvs[1]
+    argv, env = argvs[1]
+    assert Path(argv[0]).name == "horovodrun" and argv[1:6] == ["-np", "2", "-H", "localhost:2",
+                                                                "--gloo"]
+    assert argv[argv.index("--out") + 1] == str(tmp_path.resolve() / "runs/katib/t1")
+    assert env["CHEXFLOW_JOB_NAME"] == "t1"
+
+    foreign = yaml.safe_load(TRAINJOB_SPEC.read_text())
+    (templates,) = [d for d in yaml.safe_load_all(
+        (REPO / "katib" / "trial-templates.yaml").read_text()) if d]
+    trial_spec = yaml.safe_load(templates["data"]["chexnet-trainjob.yaml"])
+    trial_spec["spec"]["runtimeRef"]["name"] = "torch-distributed"
+    foreign["spec"]["trialTemplate"].pop("configMap")
+    foreign["spec"]["trialTemplate"]["trialSpec"] = trial_spec
+    path = tmp_path / "foreign.yaml"
+    path.write_text(yaml.safe_dump(foreign))
+    proc = run_chexflow("tune", path, "--state", tmp_path / "s", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "kind TrainJob (trainer.kubeflow.org/v1alpha1) has no pod template" in proc.stderr
     assert not (tmp_path / "s").exists()
 

@@ -29,10 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="runs of each side (default 3, input-pipeline 5; --quick 1)")
     p.add_argument("--kubeconfig", type=Path,
                    help="real-pods (an MPIJob on a local cluster's real node against local "
-                   "horovodrun) and katib-cluster (the real Katib's per-trial overhead against "
-                   "the local runner's), only when named: the kubeconfig of a running "
-                   "`chexflow cluster up --real-node` (--katib for katib-cluster; default: the "
-                   "bench starts a cluster of its own)")
+                   "horovodrun, and a TrainJob against the MPIJob) and katib-cluster (the real "
+                   "Katib's per-trial overhead against the local runner's), only when named: "
+                   "the kubeconfig of a running `chexflow cluster up --real-node --trainer` "
+                   "(--katib for katib-cluster; default: the bench starts a cluster of its own)")
     p.add_argument("--baseline-python", type=Path,
                    help="tf-stack: the TF 2.15 trainer's python (default .venv-tf2.15/bin/python, "
                    "created on first use)")
@@ -129,11 +129,13 @@ def run_bench(args: argparse.Namespace) -> int:
 
         pods = real_pods.run(work, data, real_pods.Settings("densenet121", size, batch, steps),
                              repeats, args.kubeconfig)
-        results.append(pods)
-        sections.append(real_pods.markdown(pods.as_dict()))
+        results += pods
+        sections += [real_pods.markdown(r.as_dict()) for r in pods]
     doc = write_report(results, out, extra, sections)
     if "real-pods" in wanted:
-        real_pods.plot_startup(pods.as_dict(), out / "bench-real-pods-startup.png")
+        for r, png in zip(pods, ("bench-real-pods-startup.png",
+                                 "bench-trainjob-startup.png"), strict=True):
+            real_pods.plot_startup(r.as_dict(), out / png)
     print((out / "bench.md").read_text())
     print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.png'}")
     return 0 if all(r["met"] for r in doc["results"]) or quick else 1

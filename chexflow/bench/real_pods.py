@@ -1,22 +1,30 @@
-"""MPIJob on real pods vs local horovodrun: the same `chexflow train` (model, image size, workers,
-threads per worker, batch, steps, the same TFRecords) run locally under horovodrun and as an
-MPIJob (rendered by the kubernetes job backend, the trainer image built from
-images/trainer/Dockerfile) on the real node of a local cluster, interleaved. Each side's figure
-is the images/s of its metrics.json (warm-up steps excluded, summed over ranks); the ratio
-pods / local has the goal >= 0.95.
+"""MPIJob on real pods vs local horovodrun, and TrainJob vs MPIJob on real pods: the same
+`chexflow train` (model, image size, workers, threads per worker, batch, steps, the same
+TFRecords) run locally under horovodrun, as an MPIJob and as a Kubeflow Trainer v2 TrainJob on
+chexflow's Horovod runtime (both rendered by the kubernetes job backend, the trainer image built
+from images/trainer/Dockerfile) on the real node of a local cluster, the three interleaved. Each
+side's figure is the images/s of its metrics.json (warm-up steps excluded, summed over ranks);
+the ratio MPIJob / local has the goal >= 0.95, TrainJob / MPIJob the goal >= 0.98. The TrainJob
+side is a third side of this bench rather than a bench of its own: it shares the cluster, the
+namespace, the data volume, the image and the MPIJob runs (each side's runs under the same
+load), and the cluster starts once.
 
-Each MPIJob's start is timed from its create call to the end of its first training step, from
-pod events watched as they happen and the wall-clock times rank 0 writes into metrics.json
-(`started_at`, `first_step_began_at`, `first_step_ended_at`; pods share the host's clock):
-workers scheduled, their containers running, the launcher running (it is created once the
-workers are ready), rank 0's training code started (mpirun over ssh, Python, imports),
-TensorFlow, Horovod, model and input ready, and the first step (graph tracing included).
-Local runs get the same split from the horovodrun call on.
+Each MPIJob's (TrainJob's) start is timed from its create call to the end of its first
+training step, from pod events watched as they happen and the wall-clock times rank 0 writes
+into metrics.json (`started_at`, `first_step_began_at`, `first_step_ended_at`; pods share the
+host's clock): workers scheduled, their containers running, the launcher running (it is created
+once the workers are ready; a TrainJob's "workers" are its `node` pods, the launcher being one
+of the nodes under runLauncherAsNode, and JobSet creates the launcher once they are Ready),
+rank 0's training code started (mpirun over ssh, Python, imports), TensorFlow, Horovod, model
+and input ready, and the first step (graph tracing included). Local runs get the same split
+from the horovodrun call on.
 
-The cluster is started here (a control plane with one kwok node and the real node) unless
-`kubeconfig` names a running `chexflow cluster up --real-node`. Pods run in a namespace of their
-own whose annotations send them to the real node, with a PersistentVolumeClaim bound to a
-hostPath volume: the bench's data folder, which the local side reads too.
+The cluster is started here (a control plane with one kwok node, the real node, Trainer and
+JobSet) unless `kubeconfig` names a running `chexflow cluster up --real-node --trainer`. Pods
+run in a namespace of their own whose annotations send them to the real node, with a
+PersistentVolumeClaim bound to a hostPath volume: the bench's data folder, which the local side
+reads too. The TrainJobs run on chexflow's runtime created under the namespace's name (its node
+pods on the bench's image), deleted afterwards.
 """
 
 from __future__ import annotations
@@ -41,12 +49,22 @@ from chexflow.errors import ChexflowError
 from chexflow.jobs.kubernetes import KubernetesBackend
 from chexflow.jobs.render import JOB_NAME_LABEL, LAUNCHER_ROLE_LABEL
 from chexflow.jobs.spec import JobSpec, Volume
+from chexflow.jobs.trainjob import (
+    JOBSET_LABEL,
+    REPLICATED_JOB_LABEL,
+    RUNTIME_PLURAL,
+    TRAINJOB_GROUP,
+    TRAINJOB_VERSION,
+    horovod_runtime,
+)
 from chexflow.kube import client_from_kubeconfig
 from chexflow.train.options import TrainOptions
 
 NAME = "MPIJob on real pods vs local horovodrun"
 GOAL = 0.95
 POD_SIDE, LOCAL_SIDE = "MPIJob on real pods", "horovodrun locally"
+TRAINJOB_NAME, TRAINJOB_GOAL = "TrainJob vs MPIJob on real pods", 0.98
+TRAINJOB_SIDE = "TrainJob on real pods"
 MOUNT = "/data"
 # Two workers and the launcher's 500m fit a 2-core node; the workers get no CPU limit (no CFS
 # quota), as the local workers have none: both sides use the threads they are given.
@@ -112,17 +130,34 @@ def run_timeline(metrics: dict, start: float) -> dict[str, float]:
     return {name: metrics[key] - start for name, key in keys.items()}
 
 
-class PodWatch(threading.Thread):
-    """When each pod of an MPIJob was first seen scheduled and with all containers running
-    (Unix times, as the API reported them: the kubelet notices a started container within its
-    one-second relist)."""
+@dataclass(frozen=True)
+class Kind:
+    """How the bench finds a job kind's pods: the label naming the job, the label naming the
+    pod's role and the values of it for the launcher and the workers."""
 
-    def __init__(self, api, namespace: str, job: str):
+    job_kind: str
+    name_label: str
+    role_label: str
+    launcher: str
+    worker: str
+
+
+MPIJOB = Kind("mpijob", JOB_NAME_LABEL, LAUNCHER_ROLE_LABEL, "launcher", "worker")
+TRAINJOB = Kind("trainjob", JOBSET_LABEL, REPLICATED_JOB_LABEL, "launcher", "node")
+
+
+class PodWatch(threading.Thread):
+    """When each pod of an MPIJob (TrainJob) was first seen scheduled and with all containers
+    running (Unix times, as the API reported them: the kubelet notices a started container
+    within its one-second relist)."""
+
+    def __init__(self, api, namespace: str, job: str, kind: Kind = MPIJOB):
         from kubernetes import client, watch
 
         super().__init__(daemon=True)
         self.core = client.CoreV1Api(api)
-        self.namespace, self.selector = namespace, f"{JOB_NAME_LABEL}={job}"
+        self.kind = kind
+        self.namespace, self.selector = namespace, f"{kind.name_label}={job}"
         self.watch = watch.Watch()
         self.seen: dict[str, dict] = {}
         self.error: BaseException | None = None
@@ -142,7 +177,7 @@ class PodWatch(threading.Thread):
 
     def note(self, pod, now: float) -> None:
         record = self.seen.setdefault(pod.metadata.name, {
-            "role": (pod.metadata.labels or {}).get(LAUNCHER_ROLE_LABEL, "")})
+            "role": (pod.metadata.labels or {}).get(self.kind.role_label, "")})
         if pod.spec.node_name:
             record.setdefault("scheduled", now)
         statuses = (pod.status.container_statuses if pod.status else None) or []
@@ -156,8 +191,8 @@ class PodWatch(threading.Thread):
     def times(self, start: float) -> dict[str, float]:
         """Seconds from `start` until every worker was scheduled, every worker running, the
         launcher running."""
-        workers = [r for r in self.seen.values() if r["role"] == "worker"]
-        launchers = [r for r in self.seen.values() if r["role"] == "launcher"]
+        workers = [r for r in self.seen.values() if r["role"] == self.kind.worker]
+        launchers = [r for r in self.seen.values() if r["role"] == self.kind.launcher]
         try:
             return {"workers scheduled": max(r["scheduled"] for r in workers) - start,
                     "worker containers running": max(r["running"] for r in workers) - start,
@@ -169,12 +204,16 @@ class PodWatch(threading.Thread):
 
 class BenchBackend(KubernetesBackend):
     """The kubernetes backend, noting when the job is created and leaving the workers' CPU
-    without a limit (see WORKER_CPU_REQUEST)."""
+    without a limit (see WORKER_CPU_REQUEST; a TrainJob's resourcesPerNode are every node's,
+    the launcher's too)."""
 
     created_at = 0.0
 
     def render(self, spec: JobSpec) -> dict:
         obj = super().render(spec)
+        if obj["kind"] == "TrainJob":
+            obj["spec"]["trainer"]["resourcesPerNode"]["limits"].pop("cpu", None)
+            return obj
         worker = obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
         worker["resources"]["limits"].pop("cpu", None)
         return obj
@@ -184,11 +223,13 @@ class BenchBackend(KubernetesBackend):
         super().create(obj)
 
 
-def pods_run(target: Target, settings: Settings, index: int) -> tuple[dict, dict]:
-    """One MPIJob to completion: its metrics.json and its timeline (seconds since creation)."""
+def pods_run(target: Target, settings: Settings, index: int,
+             kind: Kind = MPIJOB) -> tuple[dict, dict]:
+    """One MPIJob (TrainJob, on the runtime named by the namespace) to completion: its
+    metrics.json and its timeline (seconds since creation)."""
     from kubernetes import client
 
-    name = f"bench-{index}-{uuid.uuid4().hex[:4]}"
+    name = f"bench-{kind.job_kind[0]}{index}-{uuid.uuid4().hex[:4]}"
     run_dir = target.shared / "runs" / name
     options = settings.options(f"{MOUNT}/tfrecords", f"{MOUNT}/runs/{name}")
     spec = JobSpec(
@@ -196,16 +237,24 @@ def pods_run(target: Target, settings: Settings, index: int) -> tuple[dict, dict
         workers=settings.workers, horovod=True, gpus_per_worker=0, cpu=WORKER_CPU_REQUEST,
         memory=WORKER_MEMORY, volumes=[Volume("data", MOUNT)],
         timeout_seconds=JOB_TIMEOUT_SECONDS)
+    stream = io.StringIO()
     backend = BenchBackend(namespace=target.namespace, api_client=target.api, image=target.image,
-                           poll_seconds=2, delete_policy="always", stream=io.StringIO())
-    pods = PodWatch(target.api, target.namespace, name)
+                           poll_seconds=2, delete_policy="always", stream=stream,
+                           job_kind=kind.job_kind, runtime=target.namespace)
+    pods = PodWatch(target.api, target.namespace, name, kind)
     pods.start()
     try:
-        backend.run(spec)  # deletes the MPIJob however it ends
+        backend.run(spec)  # deletes the job however it ends
+    except ChexflowError as e:
+        pods.stop()
+        attempts = "".join(f"\n--- attempt {key} ---\n{tail[-1500:]}"
+                           for key, tail in backend._failed_attempts.items())
+        raise RealPodsError(f"{e}\n--- the job backend's log ---\n{stream.getvalue()[-3000:]}"
+                            f"{attempts}") from None
     except BaseException:
         pods.stop()
         raise
-    _wait_pods_gone(client.CoreV1Api(target.api), target.namespace, name)
+    _wait_pods_gone(client.CoreV1Api(target.api), target.namespace, name, kind)
     pods.stop()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -228,21 +277,23 @@ def local_run(shared: Path, settings: Settings, index: int) -> tuple[dict, dict]
     return metrics, run_timeline(metrics, start)
 
 
-def _wait_pods_gone(core, namespace: str, job: str, timeout: float = 120) -> None:
+def _wait_pods_gone(core, namespace: str, job: str, kind: Kind = MPIJOB,
+                    timeout: float = 120) -> None:
     """Until the job's pods are deleted (none may take CPU from the next local run)."""
     deadline = time.monotonic() + timeout
-    while core.list_namespaced_pod(namespace, label_selector=f"{JOB_NAME_LABEL}={job}").items:
+    while core.list_namespaced_pod(namespace, label_selector=f"{kind.name_label}={job}").items:
         if time.monotonic() > deadline:
-            raise RealPodsError(f"pods of MPIJob {namespace}/{job} still there {timeout:.0f} s "
-                                "after it was deleted")
+            raise RealPodsError(f"pods of {kind.job_kind} {namespace}/{job} still there "
+                                f"{timeout:.0f} s after it was deleted")
         time.sleep(0.5)
 
 
 @contextlib.contextmanager
-def cluster(work: Path, kubeconfig: Path | None,
-            katib: bool = False) -> Iterator[tuple[object, Path, dict]]:
+def cluster(work: Path, kubeconfig: Path | None, katib: bool = False,
+            trainer: bool = False) -> Iterator[tuple[object, Path, dict]]:
     """(API client, state folder, what it took): the running cluster of `kubeconfig` (with a
-    real node, and Katib if `katib`), else one started here (stopped afterwards)."""
+    real node, and Katib if `katib`, Trainer if `trainer`), else one started here (stopped
+    afterwards)."""
     from chexflow.devcluster.controlplane import LocalCluster
 
     if kubeconfig is not None:
@@ -252,8 +303,10 @@ def cluster(work: Path, kubeconfig: Path | None,
         except ChexflowError:
             running = None
         flag, what = ("--katib", "Katib") if katib else ("--real-node", "a real node")
+        if trainer:
+            flag, what = f"{flag} --trainer", f"{what} and Trainer"
         if running is None or not running.real_node or not running.running() or (
-                katib and not running.katib):
+                katib and not running.katib) or (trainer and not running.trainer):
             raise RealPodsError(f"--kubeconfig {kubeconfig}: not the kubeconfig of a running "
                                 f"`chexflow cluster up {flag}` (its cluster.json, beside it, "
                                 f"must record {what})")
@@ -262,7 +315,7 @@ def cluster(work: Path, kubeconfig: Path | None,
         return
     start = time.monotonic()
     local = LocalCluster(work / "cluster", nodes=1, die_with_parent=True, real_node=True,
-                         katib=katib)
+                         katib=katib, trainer=trainer)
     local.start(timeout=600 if katib else 300)
     setup = {"cluster": "started by the bench",
              "cluster_start_s": round(time.monotonic() - start, 1)}
@@ -270,6 +323,25 @@ def cluster(work: Path, kubeconfig: Path | None,
         yield local.api_client(), local.state_dir, setup
     finally:
         local.stop()
+
+
+@contextlib.contextmanager
+def runtime(api, name: str, image: str) -> Iterator[str]:
+    """chexflow's ClusterTrainingRuntime under `name`, its node pods on `image`; deleted
+    afterwards."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(api)
+    body = horovod_runtime(image=image)
+    body["metadata"]["name"] = name
+    custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL, body)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
+                                                name)
 
 
 @contextlib.contextmanager
@@ -356,13 +428,16 @@ def shared_folder(work: Path, data: Path) -> Path:
 
 
 def run(work: Path, data: Path, settings: Settings, repeats: int,
-        kubeconfig: Path | None = None) -> Result:
-    """Both sides interleaved `repeats` times each (local first); the Result's notes hold the
-    settings, each run's start-up timeline and phases, the controllers and the cluster setup."""
+        kubeconfig: Path | None = None) -> list[Result]:
+    """The three sides interleaved `repeats` times each (local, MPIJob, TrainJob; the order
+    reversed every other round): the Results MPIJob vs local and TrainJob vs MPIJob, whose
+    notes hold the settings, each run's start-up timeline and phases, the controllers and the
+    cluster setup."""
     shared = shared_folder(work, data)
     load_start = [round(x, 2) for x in os.getloadavg()]
-    timelines: dict[str, list[dict]] = {POD_SIDE: [], LOCAL_SIDE: []}
-    controllers: dict[str, set[str]] = {POD_SIDE: set(), LOCAL_SIDE: set()}
+    sides = (POD_SIDE, LOCAL_SIDE, TRAINJOB_SIDE)
+    timelines: dict[str, list[dict]] = {name: [] for name in sides}
+    controllers: dict[str, set[str]] = {name: set() for name in sides}
     loads: list[tuple[str, float]] = []  # 1-minute load average as each run starts
 
     def side(name: str, fn) -> Side:
@@ -374,13 +449,14 @@ def run(work: Path, data: Path, settings: Settings, repeats: int,
             return float(metrics["images_per_sec"])
         return Side(name, one)
 
-    with cluster(work, kubeconfig) as (api, state_dir, setup):
+    with cluster(work, kubeconfig, trainer=True) as (api, state_dir, setup):
         image, image_setup = load_trainer_image(state_dir)
-        with namespace(api, shared) as ns:
+        with namespace(api, shared) as ns, runtime(api, ns, image):
             target = Target(api, state_dir, ns, shared, image, {**setup, **image_setup})
             local = side(LOCAL_SIDE, lambda i: local_run(shared, settings, i))
             pods = side(POD_SIDE, lambda i: pods_run(target, settings, i))
-            interleave(NAME, [local, pods], repeats)
+            trainjobs = side(TRAINJOB_SIDE, lambda i: pods_run(target, settings, i, TRAINJOB))
+            interleave(NAME, [local, pods, trainjobs], repeats)
     notes = {
         "model": settings.model, "image_size": settings.image_size,
         "batch_per_worker": settings.batch, "steps": settings.steps,
@@ -391,12 +467,20 @@ def run(work: Path, data: Path, settings: Settings, repeats: int,
         "controllers": {k: sorted(v) for k, v in controllers.items()},
         **target.setup,
         "startup": {name: [{"to_first_step_s": round(t["first step"], 3),
-                            "phases": phases(t, POD_PHASES if name == POD_SIDE
-                                             else LOCAL_PHASES)} for t in ts]
+                            "phases": phases(t, LOCAL_PHASES if name == LOCAL_SIDE
+                                             else POD_PHASES)} for t in ts]
                     for name, ts in timelines.items()},
     }
-    return Result(NAME, "images/s", pods.name, local.name, pods.samples, local.samples, GOAL,
-                  notes, figure_name="ratio pods/local")
+
+    def only(*names: str) -> dict:
+        return {**notes, "controllers": {n: notes["controllers"][n] for n in names},
+                "startup": {n: notes["startup"][n] for n in names}}
+
+    return [Result(NAME, "images/s", pods.name, local.name, pods.samples, local.samples, GOAL,
+                   only(POD_SIDE, LOCAL_SIDE), figure_name="ratio pods/local"),
+            Result(TRAINJOB_NAME, "images/s", trainjobs.name, pods.name, trainjobs.samples,
+                   pods.samples, TRAINJOB_GOAL, only(TRAINJOB_SIDE, POD_SIDE),
+                   figure_name="ratio TrainJob/MPIJob")]
 
 
 def markdown(result: dict) -> str:
@@ -404,7 +488,8 @@ def markdown(result: dict) -> str:
     startup = result["notes"]["startup"]
     head = ["side", *POD_PHASES, "to first step"]
     lines = [f"\n### {result['name']}: start-up (s)\n",
-             f"From the MPIJob's create call (pods) or the horovodrun call (local) to the end of "
+             f"From the job's create call (pods; a TrainJob's workers are its `node` pods, its "
+             f"launcher a node too) or the horovodrun call (local) to the end of "
              f"the first training step; workers {result['notes']['workers']}, controllers "
              f"{result['notes']['controllers']}, load average "
              f"{result['notes']['load_average_start'][0]:g} at the start.\n",

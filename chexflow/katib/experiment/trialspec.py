@@ -173,10 +173,33 @@ def pod_specs(node: Any) -> list[dict]:
     return found
 
 
+def chexflow_trainer(spec: dict) -> dict | None:
+    """A TrainJob on chexflow's own ClusterTrainingRuntime (trainjob/horovod-runtime.yaml): its
+    `spec.trainer` (command, args, env), which that runtime runs in the launcher's primary
+    container as written (its `mpirun`, as an MPIJob launcher's). None for other kinds and
+    runtimes, whose pods only their runtime knows."""
+    from chexflow.jobs.trainjob import RUNTIME_NAME, TRAINJOB_GROUP
+
+    inner = spec.get("spec") if isinstance(spec.get("spec"), dict) else {}
+    ref = inner.get("runtimeRef") if isinstance(inner.get("runtimeRef"), dict) else {}
+    trainer = inner.get("trainer")
+    if (spec.get("kind") != "TrainJob" or ref.get("name") != RUNTIME_NAME
+            or ref.get("kind", "ClusterTrainingRuntime") != "ClusterTrainingRuntime"
+            or ref.get("apiGroup", TRAINJOB_GROUP) != TRAINJOB_GROUP
+            or not isinstance(trainer, dict)
+            or not (trainer.get("command") or trainer.get("args"))):
+        return None
+    return trainer
+
+
 def primary_container(exp: Experiment, spec: dict) -> tuple[dict, list[dict]]:
-    """The primary container and every pod spec of the trial (for their volumes)."""
+    """The primary container and every pod spec of the trial (for their volumes). For a
+    TrainJob on chexflow's runtime the container is its `spec.trainer` (chexflow_trainer) and
+    the pods are its runtimePatches' (the data volumes)."""
     name = exp.trial_template.get("primaryContainerName")
     pods = pod_specs(spec.get("spec", {}))
+    if (trainer := chexflow_trainer(spec)) is not None:
+        return trainer, pods
     for pod in pods:
         for c in pod["containers"]:
             if c.get("name") == name:

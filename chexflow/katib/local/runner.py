@@ -45,6 +45,7 @@ from chexflow.katib.experiment.trialspec import (
     WRAPPED_COLLECTORS,
     TrialSpecError,
     active_deadline,
+    chexflow_trainer,
     katib_wrap,
     local_command_parts,
     map_path_in_text,
@@ -131,9 +132,12 @@ def local_problems(exp: Experiment, trial_command: str | None) -> list[tuple[str
 def controller_made_pods(exp: Experiment) -> str | None:
     """Why a trialSpec has no pod template to run here: its kind's controller makes the pods
     (an Argo Workflow's templates, a TrainJob's training runtime), so Katib finds the primary
-    container only in the pods; None when the trialSpec holds pod templates."""
+    container only in the pods; None when the trialSpec holds pod templates, or is a TrainJob
+    on chexflow's own runtime (its trainer command runs as an MPIJob launcher's does)."""
     spec = exp.trial_spec
     pods = pod_specs(spec.get("spec", {})) if spec else []
+    if spec and chexflow_trainer(spec) is not None:  # chexflow's runtime: its mpirun, locally
+        return None
     if spec and spec.get("kind") == "TrainJob":
         # runtimePatches' containers only patch the runtime's (trainer.command runs): pods of
         # their own only where a container states what to run
