@@ -21,24 +21,23 @@ from chexflow.katib.suggestions.algorithms import SERVICE, STRICT_SERVICES
 Check = Callable[[str], "str | None"]
 
 
-def _int(test: Callable[[int], bool], msg: str) -> Check:
+def _parsed(parse: Callable[[str], float], test: Callable, msg: str) -> Check:
+    """A check of a setting's value read by `parse` (int or float), Katib's message otherwise."""
     def check(v: str) -> str | None:
         try:
-            return None if test(int(v)) else msg
+            return None if test(parse(v)) else msg
         except ValueError as e:
             return f"failed to validate ({v}): {e}"
 
     return check
+
+
+def _int(test: Callable[[int], bool], msg: str) -> Check:
+    return _parsed(int, test, msg)
 
 
 def _float(test: Callable[[float], bool], msg: str) -> Check:
-    def check(v: str) -> str | None:
-        try:
-            return None if test(float(v)) else msg
-        except ValueError as e:
-            return f"failed to validate ({v}): {e}"
-
-    return check
+    return _parsed(float, test, msg)
 
 
 def _one_of(what: str, *choices: str) -> Check:
