@@ -141,6 +141,15 @@ def test_failure_reason_reads_mpiruns_report_under_the_mpi_controller():
         "worker rank 1 exited with status 3: ValueError: bad"
 
 
+def test_openmpis_help_messages_are_held_back_and_the_rest_passes():
+    """mpirun's boxed help messages (between rules of dashes) are held, so a failed rank's one
+    line stays the only one; rank lines and mpirun's other lines pass."""
+    log = HorovodrunLog()
+    held = [line for line in MPIRUN_KILLED_RANK_1.splitlines() if log.hold(line)]
+    assert held == MPIRUN_KILLED_RANK_1.splitlines()[1:5] == log.mpi_help
+    assert not log.in_mpi_help and not log.hold("[1,0]<stderr>:-----------------------------")
+
+
 # ---------------------------------------------------------------- one run per --out (trainer env)
 
 

@@ -35,6 +35,8 @@ RANK_ERR_LINE = re.compile(r"\[(?:\d+,)?(\d+)\]<stderr>:(.*)")
 MPI_SIGNAL_LINE = re.compile(r"mpirun noticed that process rank (\d+) .* exited on signal (\d+)")
 MPI_PROCESS_LINE = re.compile(r"\s*Process name:\s*\[\[\d+,\d+\],(\d+)\]")
 MPI_EXIT_CODE_LINE = re.compile(r"\s*Exit code:\s*(-?\d+)")
+# the rule above and below each of OpenMPI's help messages (e.g. mpirun's report of a failed rank)
+MPI_HELP_RULE = re.compile(r"-{20,}$")
 
 
 class LaunchError(ChexflowError):
@@ -130,9 +132,13 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
         sys.stdout.flush()
         with reaped(env) as env:  # mpirun and its ranks too, however this process ends
             rc, log = _run_horovodrun(cmd, env)
-        if rc != 0:
+        if rc == 0:
+            sys.stderr.writelines(log.mpi_help)  # a warning of a run that went well
+        else:
             if error_file.exists():
                 raise LaunchError(error_file.read_text().strip())
+            if not log.failed_rank():  # mpirun's own message is then the only explanation
+                sys.stderr.writelines(log.mpi_help)
             raise LaunchError(failure_reason(rc, log) + _resume_hint(options.out))
     return 0
 
@@ -147,6 +153,21 @@ class HorovodrunLog:
     last_error: dict[int, str] = field(default_factory=dict)
     last_own: str = ""
     mpi_rank: int | None = None  # mpirun's `Process name:` line, before its `Exit code:`
+    # OpenMPI's help messages, held back: shown only when no rank's failure explains the end
+    mpi_help: list[str] = field(default_factory=list)
+    in_mpi_help: bool = False
+
+    def hold(self, line: str) -> bool:
+        """Whether `line` is part of one of OpenMPI's help messages (then kept in mpi_help)."""
+        rule = MPI_HELP_RULE.match(line.strip()) is not None
+        if rule or self.in_mpi_help:
+            self.mpi_help.append(line)
+            self.in_mpi_help = self.in_mpi_help != rule
+            return True
+        return False
+
+    def failed_rank(self) -> bool:
+        return any(code != 0 for _, code in self.exits)
 
     def add(self, line: str) -> None:
         if m := EXIT_LINE.match(line):
@@ -194,7 +215,8 @@ def _resume_hint(out: Path | None) -> str:
 
 def _run_horovodrun(cmd: list[str], env: dict[str, str]) -> tuple[int, HorovodrunLog]:
     """Run horovodrun, tied to this process; its lines are passed through, except its own
-    Python traceback after a worker failed (the last line says what failed instead)."""
+    Python traceback after a worker failed and OpenMPI's help messages (held in the log: the
+    last line says what failed instead)."""
     proc = subprocess.Popen(
         cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, errors="replace", bufsize=1, preexec_fn=die_with_parent(signal.SIGTERM),
@@ -207,8 +229,9 @@ def _run_horovodrun(cmd: list[str], env: dict[str, str]) -> tuple[int, Horovodru
         for line in stream:
             with lock:
                 log.add(line)
+                held = sink is sys.stderr and log.hold(line)
             own_traceback = own_traceback or line.startswith("Traceback (most recent call")
-            if not own_traceback:
+            if not own_traceback and not held:
                 sink.write(line)
                 sink.flush()
 
