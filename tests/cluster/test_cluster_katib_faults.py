@@ -26,6 +26,7 @@ import yaml
 from chexflow.devcluster.katib import NAMESPACE
 from chexflow.devcluster.realnode import RealNode
 from chexflow.envs import REPO_ROOT
+from tests.cluster.test_cluster_katib_tune import _job_spec
 from tests.conftest import CHEXFLOW
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
@@ -37,26 +38,15 @@ TABLE = REPO_ROOT / "docs" / "cluster-faults-katib.json"
 
 
 def _spec(name: str, image: str) -> dict:
+    """The one-trial Job Experiment of the Katib tests, as TRIALS trials, PARALLEL at a time, of
+    chexflow's multivariate-tpe, each printing EPOCHS reports 3 s apart (the first after 3 s)."""
     script = (f'echo "lr=${{trialParameters.lr}}"; for e in $(seq 1 {EPOCHS}); do sleep 3; '
               'echo "epoch=$e val_auroc=0.$e"; done')
-    return {
-        "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": name},
-        "spec": {
-            "objective": {"type": "maximize", "objectiveMetricName": "val_auroc"},
-            "algorithm": {"algorithmName": "multivariate-tpe"},
-            "metricsCollectorSpec": {"collector": {"kind": "StdOut"}},
-            "parallelTrialCount": PARALLEL, "maxTrialCount": TRIALS,
-            "maxFailedTrialCount": TRIALS,
-            "parameters": [{"name": "lr", "parameterType": "double",
-                            "feasibleSpace": {"min": "0.001", "max": "0.1"}}],
-            "trialTemplate": {
-                "primaryContainerName": "main",
-                "trialParameters": [{"name": "lr", "reference": "lr"}],
-                "trialSpec": {"apiVersion": "batch/v1", "kind": "Job", "spec": {
-                    "backoffLimit": 0, "template": {"spec": {
-                        "restartPolicy": "Never", "containers": [{
-                            "name": "main", "image": image, "imagePullPolicy": "Never",
-                            "command": ["bash", "-c", script]}]}}}}}}}
+    spec = _job_spec(name, image, script, pause=0)
+    spec["spec"].update(algorithm={"algorithmName": "multivariate-tpe"},
+                        parallelTrialCount=PARALLEL, maxTrialCount=TRIALS,
+                        maxFailedTrialCount=TRIALS)
+    return spec
 
 
 def _pod(core, fault: str, ns: str, exp: str):

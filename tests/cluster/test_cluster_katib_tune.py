@@ -173,9 +173,11 @@ def test_a_namespace_without_katibs_injection_label_is_refused_with_katibs_messa
         core.delete_namespace(ns)
 
 
-def _job_spec(name: str, image: str, script: str, retain: bool = False) -> dict:
-    """One-trial Experiment whose trial is a batch Job running `script` (after a pause: Katib's
-    collector must find the main process still running); `retain` keeps the trial's Job."""
+def _job_spec(name: str, image: str, script: str, retain: bool = False, pause: int = 3) -> dict:
+    """One-trial Experiment whose trial is a batch Job running `script` (after `pause` seconds:
+    Katib's collector must find the main process still running); `retain` keeps the trial's
+    Job."""
+    command = f"sleep {pause}; {script}" if pause else script
     return {
         "apiVersion": "kubeflow.org/v1beta1", "kind": "Experiment", "metadata": {"name": name},
         "spec": {
@@ -192,7 +194,7 @@ def _job_spec(name: str, image: str, script: str, retain: bool = False) -> dict:
                     "backoffLimit": 0, "template": {"spec": {
                         "restartPolicy": "Never", "containers": [{
                             "name": "main", "image": image, "imagePullPolicy": "Never",
-                            "command": ["bash", "-c", f"sleep 3; {script}"]}]}}}}}}}
+                            "command": ["bash", "-c", command]}]}}}}}}}
 
 
 @pytest.mark.parametrize("case, script, status, counter", [
