@@ -296,10 +296,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "registerWithTaints": self.taints,
             "failSwapOn": False, "maxPods": 32, "serializeImagePulls": False,
             "makeIPTablesUtilChains": False,
-            # images are loaded by hand (no registry): never garbage-collect them
+            # images are loaded by hand (no registry): never garbage-collect them, neither by
+            # usage nor under disk pressure: with 1% thresholds, a shared disk that fell under
+            # 1% free made the kubelet delete every unused image, pause included, and the next
+            # pods could not start (a CI run's trials waited out their deadlines). "0%" turns a
+            # signal off; the disk filling up then fails the writes that fill it.
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "0%",
+                             "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
             "shutdownGracePeriod": "0s", "syncFrequency": "5s",
             "nodeStatusUpdateFrequency": "5s",
         }
