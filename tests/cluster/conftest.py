@@ -64,6 +64,7 @@ def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+        drop_node_images(cluster)
         if old is None:
             os.environ.pop("KUBECONFIG", None)
         else:
@@ -161,6 +162,14 @@ def katib_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
         yield cluster
     finally:
         cluster.stop()
+        drop_node_images(cluster)
+
+
+def drop_node_images(cluster: LocalCluster) -> None:
+    """After a stop: the real nodes' containerd content and snapshots (the unpacked images,
+    5.9 GB for the trainer's), kept in ~/.cache/chexflow/images anyway; the logs stay."""
+    for root in cluster.state_dir.glob("*/containerd/root"):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
