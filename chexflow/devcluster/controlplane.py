@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -48,6 +47,7 @@ from chexflow.devcluster import (
 )
 from chexflow.errors import ChexflowError
 from chexflow.kube import client_from_kubeconfig
+from chexflow.ports import free_port, port_free
 from chexflow.processes import die_with_parent
 
 STATE_FILE = "cluster.json"
@@ -67,23 +67,6 @@ KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
 
 class DevClusterError(ChexflowError):
     """The local control plane failed to start, or is not running."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        # as Go's listeners do: a port left in TIME_WAIT by the stopped cluster is free to them
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _alive(pid: int, exe: str) -> bool:
@@ -188,13 +171,13 @@ class LocalCluster:
         if not fresh:  # a resumed cluster keeps its ports where free: kubeconfigs stay valid
             with contextlib.suppress(OSError, ValueError):
                 old = json.loads((self.state_dir / PORTS_FILE).read_text())
-        self.ports = {k: old[k] if k in old and _port_free(old[k]) else free_port()
-                      for k in ("etcd", "etcd_peer", "apiserver", "controller_manager",
-                                "scheduler", "kwok", "mpi_health", "kubelet", "kubelet_healthz",
-                                "coredns_health", "coredns_ready", "kube_proxy_healthz",
-                                "kube_proxy_metrics", "kueue_health", "kueue_metrics",
-                                "kueue_webhook", "coscheduling", "podgroup_metrics",
-                                "podgroup_health")}
+        self.ports = {}
+        for k in ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok",
+                  "mpi_health", "kubelet", "kubelet_healthz", "coredns_health", "coredns_ready",
+                  "kube_proxy_healthz", "kube_proxy_metrics", "kueue_health", "kueue_metrics",
+                  "kueue_webhook", "coscheduling", "podgroup_metrics", "podgroup_health"):
+            keep = k in old and old[k] not in self.ports.values() and port_free(old[k])
+            self.ports[k] = old[k] if keep else free_port(self.ports.values())
         self.processes = {}
         self.ready = False
         try:
@@ -585,7 +568,8 @@ class LocalCluster:
         CRDs, webhooks and controllers, each a local process (stopped with the cluster)."""
         from chexflow.devcluster import trainer
 
-        self.ports.update({name: free_port() for name in trainer.PORTS})
+        for name in trainer.PORTS:
+            self.ports[name] = free_port(self.ports.values())
         trainer.start(self, timeout)
         self.trainer = True
         self.save()
@@ -608,7 +592,7 @@ class LocalCluster:
         kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", self.server, pki,
                                             certs.node_client(pki, node.name))
         for port in ("kubelet", "kubelet_healthz"):
-            self.ports[port + node.suffix] = free_port()
+            self.ports[port + node.suffix] = free_port(self.ports.values())
         dns = realnode.RealNode(self.state_dir).addresses()["node_ip"]
         config = node.kubelet_config(self.ports, addr["node_ip"], pki.ca, dns_ip=dns)
         self._spawn(f"kubelet{node.suffix}", node.kubelet_args(config, kubeconfig,

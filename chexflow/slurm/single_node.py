@@ -16,6 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from chexflow.ports import free_ports
 from chexflow.slurm.jobs import SlurmError
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -29,17 +30,6 @@ def missing_requirements() -> str | None:
     if os.geteuid() != 0:
         return "a single-node slurmd must run as root"
     return None
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _alive(pid: int) -> bool:
@@ -76,7 +66,7 @@ class LocalSlurm:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             key.chmod(0o400)
-        ctld_port, slurmd_port = _free_ports(2)
+        ctld_port, slurmd_port = free_ports(2)
         gres = ""
         if self.gpus:
             for i in range(self.gpus):
