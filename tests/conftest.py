@@ -14,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
+CLUSTER_GROUPS = ("cluster", "katib")  # xdist groups of tests/cluster, one worker each
 
 # A suite started in the background by a non-interactive shell (`make test &`) inherits SIGINT
 # ignored, and so would every command the tests start: the Ctrl-C tests need it delivered.
@@ -23,17 +24,21 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """For pytest-xdist's `--dist loadgroup` (`make test`: -n 2): the cluster tests are one
-    group, so one worker runs them in order against one set of clusters while the other runs the
-    local tests; local tests go by module, and the modules sharing the trained DenseNet by
-    fixture, so no module or session fixture is built twice."""
+    """For pytest-xdist's `--dist loadgroup` (`make test`: -n 2): the cluster tests are two
+    groups, each run in order by one worker against its own cluster: `katib` (tests/cluster's
+    Katib modules: the Katib cluster, the machine's one kube-proxy) and `cluster` (the others:
+    the k8s cluster with real pods, the kwok-only clusters). They share no fixture and no
+    machine-wide resource, and mostly wait on pods and controllers, so the two run side by side
+    (one group of both was the whole critical path: 2451 s of a 41.8 min run). Local tests go
+    by module, and the modules sharing the trained DenseNet by fixture, so no module or session
+    fixture is built twice."""
     if not config.getoption("loadgroup", False):  # set by xdist on its workers
         return
     groups = {}
     for item in items:
         path = Path(item.path).relative_to(REPO)
         if path.parts[:2] == ("tests", "cluster"):
-            group = "cluster"
+            group = "katib" if "katib" in path.stem else "cluster"
         elif {"densenet_run", "densenet_eval"} & set(item.fixturenames):
             group = "densenet"
         else:
@@ -42,7 +47,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         groups[item] = group
     # Longest group first (`make test` passes --no-loadscope-reorder, so xdist hands the groups
     # out in this order): the cluster group, then the local groups by their seconds in the last
-    # recorded run, else by a guess from their markers. xdist's own order (most tests first)
+    # recorded run, else by a guess from their markers (the cluster groups always lead).
+    # xdist's own order (most tests first)
     # left the few long tests (the demo's seeds, the bench) for the end, one worker idle.
     recorded = _recorded_group_seconds()
     guess: dict[str, float] = {}
@@ -50,7 +56,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         guess[group] = guess.get(group, 0.0) + (
             60 if item.get_closest_marker("slow") else 15 if item.get_closest_marker("trainer")
             else 1)
-    weight = {g: (float("inf") if g == "cluster" else recorded.get(g, guess[g])) for g in guess}
+    weight = {g: (float("inf") if g in CLUSTER_GROUPS else recorded.get(g, guess[g]))
+              for g in guess}
     items.sort(key=lambda item: -weight[groups[item]])
 
 
