@@ -18,6 +18,7 @@ raised, storage in that folder) and `--network=host` for apt and pip.
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import os
@@ -188,7 +189,16 @@ class BuiltImage:
 
 def build_image(name: str, root: Path = REPO_ROOT) -> BuiltImage:
     """Build images/<name>/Dockerfile (or images/katib/<name>/) on the Debian base, or reuse the
-    cached archive."""
+    cached archive. One build of a name at a time on the machine: a second caller (the test
+    suite's two cluster workers both need the trainer) waits, then finds the archive cached."""
+    locks = cache_root() / "images"
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_image(name, root)
+
+
+def _build_image(name: str, root: Path) -> BuiltImage:
     if name in katib.IMAGES:
         return _build_katib(name, root)
     if name in DERIVED:
