@@ -5,6 +5,8 @@ workers) are found by a variable in their environment, which they all inherit: `
 starts a small process that stops every process marked so when its starter dies (even by
 SIGKILL), `stop_marked` stops them at once. A reaper started before its starter holds the lock
 of what it guards stops them only if no other live process holds that lock, until `reaper_owns`.
+`owned_by_this_process` marks every process started from this one, however deep (through
+libraries that start their own, such as kfp.local), and reaps them when this one dies.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 OWNED = b"owned\n"  # what reaper_owns tells a reaper
+OWNER_ENV_PREFIX = "CHEXFLOW_OWNER_"  # + a fresh id: the mark of owned_by_this_process
 
 
 def die_with_parent(sig: int = signal.SIGTERM):
@@ -62,6 +67,36 @@ def stop_marked(name: str, value: str, grace: float = 5.0) -> int:
         if not marked(name, value):
             break
     return len(pids)
+
+
+def wait_unmarked(name: str, value: str, seconds: float) -> bool:
+    """Wait up to `seconds` for every process marked NAME=VALUE to end; whether they did."""
+    deadline = time.monotonic() + seconds
+    while marked(name, value):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@contextlib.contextmanager
+def owned_by_this_process(grace: float = 10.0, settle: float = 30.0) -> Iterator[str]:
+    """While inside, every process started from this one, however deep, carries a mark in its
+    environment (a variable of this block's own, so blocks nest); if this process dies, even by
+    SIGKILL, a reaper stops them (SIGTERM, SIGKILL after `grace` s). Leaving the block, even by
+    an exception, waits up to `settle` s for them to end by themselves (a step finishing what
+    it does on SIGTERM or Ctrl-C), then stops what is left. Yields the variable's name."""
+    name = OWNER_ENV_PREFIX + uuid.uuid4().hex
+    reaper = start_reaper(name, "1", grace)  # before the mark: the reaper does not carry it
+    os.environ[name] = "1"
+    try:
+        yield name
+    finally:
+        os.environ.pop(name, None)
+        try:
+            wait_unmarked(name, "1", settle)
+        finally:
+            end_reaper(reaper, timeout=2 * grace + 30)
 
 
 def start_reaper(name: str, value: str, grace: float = 5.0,

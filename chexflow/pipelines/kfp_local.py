@@ -36,6 +36,7 @@ from chexflow.evaluate.report import SYNTH_MARKER, data_provenance
 from chexflow.pathologies import CHEXNET_MEAN_AUROC
 from chexflow.pipelines.console import Console, step_logs
 from chexflow.pipelines.registry import build, pipeline_names, run_defaults
+from chexflow.processes import owned_by_this_process
 
 SYNTH_IMAGES = 400
 
@@ -179,9 +180,8 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
                        overrides: dict[str, Any], verbose: bool = False,
                        pvc_host_path: Path | None = None) -> dict:
     """Run pipeline `name` with kfp.local; return (and write) the run summary. OUT defaults to
-    ./runs, or PVC_HOST_PATH/runs with the kubernetes backend."""
-    from kfp import local
-
+    ./runs, or PVC_HOST_PATH/runs with the kubernetes backend. No process it starts outlives
+    it, even if it is SIGKILLed (chexflow.processes.owned_by_this_process)."""
     if name not in pipeline_names():
         raise ChexflowError(f"pipeline {name!r}: expected one of {', '.join(pipeline_names())}")
     defaults = run_defaults(name)
@@ -198,6 +198,18 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
             f"--out {out}: cannot create the run folder there ({faults.cause(e)}); choose a "
             f"folder you can write"
         ) from None
+    # kfp.local starts each step with a Popen of its own, not tied to this process: without
+    # this a SIGKILLed run left its running step, its job and the job's ranks running
+    with owned_by_this_process():
+        return _run(name, run_dir, data, overrides, verbose, backend, mount_path)
+
+
+def _run(name: str, run_dir: Path, data: Path | None, overrides: dict[str, Any], verbose: bool,
+         backend: str, mount_path: Path | None) -> dict:
+    """The run itself, in RUN_DIR (see run_with_kfp_local)."""
+    from kfp import local
+
+    out, defaults = run_dir.parent, run_defaults(name)
     log_dir = run_dir / "logs"
     image_size = overrides.get("image_size", defaults["image_size"])
     if data is None:  # the run's seed also draws the generated data
