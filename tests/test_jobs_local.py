@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from chexflow.envs import trainer_python, with_chexflow_importable
 from chexflow.jobs import JobFailed, JobSpec, JobTimeout, run_job
 from chexflow.jobs.local import LocalBackend, local_argv
 
@@ -34,7 +35,9 @@ def test_two_horovod_ranks_run_under_horovodrun(tmp_path):
     spec = JobSpec(name="hvd-ranks", command=["python", "-c", code], workers=2, horovod=True,
                    env={"TF_CPP_MIN_LOG_LEVEL": "3"})
     # the local launch's default allreduce: MPI tensor operations, yielding while idle
-    assert local_argv(spec)[1:6] == ["-np", "2", "-H", "localhost:2", "--mpi"]
+    argv = local_argv(spec)
+    flags = argv.index("-np")  # after horovodrun (chexflow.jobs.horovodrun)
+    assert argv[flags:flags + 5] == ["-np", "2", "-H", "localhost:2", "--mpi"]
     out = io.StringIO()
     result = LocalBackend(stream=out, log_dir=tmp_path).run(spec)
     text = out.getvalue()
@@ -44,6 +47,24 @@ def test_two_horovod_ranks_run_under_horovodrun(tmp_path):
     assert all(line.startswith("[hvd-ranks] ") for line in text.splitlines() if line)
     assert "rank=1 size=2" in (tmp_path / "hvd-ranks.log").read_text()
     assert result.succeeded and result.backend == "local"
+
+
+@pytest.mark.trainer
+def test_quick_horovodrun_answers_the_build_checks_as_horovod_does():
+    """chexflow.jobs.horovodrun reads whether Horovod has MPI and gloo from the library's own
+    C functions, without importing TensorFlow: the answers of Horovod's checks (which do)."""
+    env = with_chexflow_importable({**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+
+    def answers(code: str) -> str:
+        proc = subprocess.run([str(trainer_python()), "-c", code], capture_output=True,
+                              text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.split()[-1]
+
+    horovods = answers("from horovod.common.util import gloo_built, mpi_built; "
+                       "print(f'{bool(mpi_built())},{bool(gloo_built())}')")
+    ours = answers("from chexflow.jobs.horovodrun import built; print(*built(), sep=',')")
+    assert ours == horovods == "True,True"  # the project's build: images/install-trainer.sh
 
 
 def test_failure_raises_with_exit_status_and_log_tail():

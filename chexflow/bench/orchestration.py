@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from chexflow.bench.core import Result, Side, compare
-from chexflow.envs import trainer_python
+from chexflow.envs import trainer_python, with_chexflow_importable
 from chexflow.jobs.allreduce import local_allreduce
-from chexflow.jobs.local import horovodrun_command
+from chexflow.jobs.local import horovodrun_command, quick_horovodrun
 from chexflow.train.options import TrainOptions
 
 
@@ -45,10 +45,10 @@ def run(work: Path, model: str, size: int, batch: int, steps: int, workers: int,
         options = TrainOptions(out=out, model=model, image_size=size, batch_size=batch,
                                steps_per_epoch=steps, epochs=1, synthetic_data=True)
         cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers,
-                                 controller=allreduce.controller)
+                                 horovodrun=quick_horovodrun(), controller=allreduce.controller)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, text=True,
-                       env={**allreduce.env, **os.environ})
+                       env=with_chexflow_importable({**allreduce.env, **os.environ}))
         walls["horovodrun"].append(time.perf_counter() - start)
         return json.loads((out / "metrics.json").read_text())["images_per_sec"]
 

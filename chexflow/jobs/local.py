@@ -57,12 +57,20 @@ def resolve_command(spec: JobSpec) -> list[str]:
 
 
 def horovodrun_command(program: list[str], processes: int, hosts: str | None = None,
-                       horovodrun: str | None = None, controller: str = "gloo") -> list[str]:
+                       horovodrun: str | list[str] | None = None,
+                       controller: str = "gloo") -> list[str]:
     """`horovodrun -np N -H HOSTS --gloo PROGRAM...`: N ranks over gloo, or mpirun with
     controller "mpi" (HOSTS default localhost:N), horovodrun from the trainer environment
-    unless given."""
-    return [horovodrun or str(trainer_bin("horovodrun")), "-np", str(processes),
+    unless given (a path, or an argv such as quick_horovodrun())."""
+    head = [horovodrun] if isinstance(horovodrun, str) else list(horovodrun or [])
+    return [*(head or [str(trainer_bin("horovodrun"))]), "-np", str(processes),
             "-H", hosts or f"localhost:{processes}", f"--{controller}", *program]
+
+
+def quick_horovodrun() -> list[str]:
+    """horovodrun of the trainer environment without its TensorFlow-importing build checks
+    (chexflow.jobs.horovodrun; chexflow must be importable there)."""
+    return [str(trainer_python()), "-m", "chexflow.jobs.horovodrun"]
 
 
 @contextlib.contextmanager
@@ -92,7 +100,8 @@ def local_argv(spec: JobSpec, allreduce: Allreduce | None = None) -> list[str]:
     allreduce = allreduce or horovod_allreduce(spec)
     if allreduce is None:
         return argv
-    return horovodrun_command(argv, spec.processes, controller=allreduce.controller)
+    return horovodrun_command(argv, spec.processes, horovodrun=quick_horovodrun(),
+                              controller=allreduce.controller)
 
 
 def job_environment(spec: JobSpec, allreduce: Allreduce | None = None) -> dict[str, str]:
