@@ -132,15 +132,20 @@ def apply_webhook_configurations(api_client, docs: list[dict],
 
     adm = client.AdmissionregistrationV1Api(api_client)
     for doc in docs:
-        create, replace = ((adm.create_mutating_webhook_configuration,
-                            adm.replace_mutating_webhook_configuration)
-                           if doc["kind"] == "MutatingWebhookConfiguration" else
-                           (adm.create_validating_webhook_configuration,
-                            adm.replace_validating_webhook_configuration))
+        create, read, replace = ((adm.create_mutating_webhook_configuration,
+                                  adm.read_mutating_webhook_configuration,
+                                  adm.replace_mutating_webhook_configuration)
+                                 if doc["kind"] == "MutatingWebhookConfiguration" else
+                                 (adm.create_validating_webhook_configuration,
+                                  adm.read_validating_webhook_configuration,
+                                  adm.replace_validating_webhook_configuration))
+        name = doc["metadata"]["name"]
         try:
             create(doc)
         except ApiException as e:
             if e.status != 409:
-                raise error(f"{doc['kind']} {doc['metadata']['name']}: {e.status} "
-                            f"{e.reason}") from None
-            replace(doc["metadata"]["name"], doc)
+                raise error(f"{doc['kind']} {name}: {e.status} {e.reason}") from None
+            # there from before (a resumed cluster): a replace names the version it replaces
+            doc = {**doc, "metadata": {**doc["metadata"],
+                                       "resourceVersion": read(name).metadata.resource_version}}
+            replace(name, doc)

@@ -235,3 +235,27 @@ def test_a_kwok_that_exits_while_nodes_come_up_is_started_again(tmp_path):
         cluster.check()  # every component runs
     finally:
         cluster.stop()
+
+
+def test_a_cluster_with_trainer_starts_again_on_the_same_folder(tmp_path):
+    """Stop, then start on the same state folder, of a (kwok-only) cluster with Kubeflow Trainer
+    and JobSet: their webhook configurations are still in etcd, and are replaced with the new
+    ports and CA (the second start failed with 422 "metadata.resourceVersion: must be specified
+    for an update" before: the Katib cluster's resume test after the TrainJob sweep hit it)."""
+    from kubernetes import client
+
+    from chexflow.devcluster.controlplane import LocalCluster
+
+    state = tmp_path / "state"
+    first = LocalCluster(state, nodes=1, gpus_per_node=0, die_with_parent=True, trainer=True)
+    first.start(timeout=300)
+    first.stop()
+    again = LocalCluster(state, nodes=1, gpus_per_node=0, die_with_parent=True, trainer=True)
+    again.start(timeout=300)
+    try:
+        adm = client.AdmissionregistrationV1Api(again.api_client())
+        hooks = adm.read_mutating_webhook_configuration("jobset-mutating").webhooks
+        urls = {h.client_config.url for h in hooks}
+        assert urls and all(f":{again.ports['jobset_webhook']}/" in u for u in urls), urls
+    finally:
+        again.stop()
