@@ -17,6 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from chexflow import processes
+from chexflow.katib.experiment.spec import load_experiment
+from chexflow.katib.local import runner as local_runner
+from chexflow.katib.local.state import open_state
 from chexflow.reference import reference_dir
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
 
@@ -254,4 +258,33 @@ def test_a_trial_ends_with_its_main_process_even_if_a_child_holds_its_output(tmp
     assert time.monotonic() - started < 60
     assert [t["status"] for t in read_json(tmp_path / "s" / "results.json")["trials"]] == [
         "Succeeded"]
+    assert not sleepers(token)
+
+
+def test_a_child_caught_in_its_exec_is_found_on_a_later_look(tmp_path: Path, monkeypatch):
+    """The kernel shows a process in the middle of execve() with no environment (3 of 200
+    tries idle, more under load): the first search for the trial's marked child finds nothing,
+    as it did in CI, and the runner looks again while the child still holds the output."""
+    token = f"chexflow-child-{os.getpid()}-exec"
+    cmd = f"setsid {PY} -c 'import time; time.sleep(300)' {token} & echo loss=0.5"
+    missed = []
+
+    def marked_once_missed(name: str, value: str) -> list[int]:
+        found = processes.marked(name, value)
+        if found and not missed:
+            missed.append(found)
+            return []
+        return found
+
+    monkeypatch.setattr(local_runner, "marked", marked_once_missed)
+    exp = load_experiment(example("random"), [
+        "spec.maxTrialCount=1", "spec.parallelTrialCount=1", "spec.maxFailedTrialCount=1"])
+    state = open_state(tmp_path / "s", exp.name, exp.fingerprint(), exp.raw, cmd, 1)
+    runner = local_runner.LocalRunner(exp, state, cmd, progress=False, timeout=30)
+    try:
+        runner.run()
+    finally:
+        kill_all(sleepers(token))
+    assert missed, "the trial's child was never searched for"
+    assert [t.status for t in state.trials] == ["Succeeded"]
     assert not sleepers(token)

@@ -457,9 +457,13 @@ class LocalRunner:
     def _end_with_main(self, run: _Running) -> None:
         """When the trial's main process ends, the rest of the trial ends too, as a pod's
         processes end with its container (a child left holding the output would keep the
-        trial from ever being reported)."""
+        trial from ever being reported). A child caught in its exec shows no environment for
+        a moment, so the search repeats while the trial's output is still held open."""
         run.proc.wait()
-        if marked(TRIAL_ENV, run.rec.name):
+        while (not (found := marked(TRIAL_ENV, run.rec.name)) and run.thread is not None
+               and run.thread.is_alive()):
+            run.thread.join(0.2)
+        if found or marked(TRIAL_ENV, run.rec.name):
             self._terminate(run)
 
     def _terminate(self, run: _Running) -> None:
