@@ -75,11 +75,40 @@ def _recorded_group_seconds() -> dict[str, float]:
         return {}  # none yet, or not a table: the markers' guess orders the groups
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """The machine's (busy, idle) CPU seconds since boot, from /proc/stat (iowait is idle)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tick, (idle + iowait) / tick
+
+
+_CPU_AT_START = pytest.StashKey[tuple[float, float]]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_CPU_AT_START] = _cpu_seconds()
+
+
+def _cpu_use(terminalreporter, config: pytest.Config) -> None:
+    """How busy the machine's cores were over the run: near 100% means the suite is CPU-bound
+    (only removing work shortens it); idle cores mean tests wait, and more workers would help."""
+    if _CPU_AT_START not in config.stash or hasattr(config, "workerinput"):
+        return
+    (busy0, idle0), (busy1, idle1) = config.stash[_CPU_AT_START], _cpu_seconds()
+    busy, idle = busy1 - busy0, idle1 - idle0
+    if busy + idle > 0:
+        terminalreporter.write_line(
+            f"{busy:8.1f} s  CPU busy of {busy + idle:.1f} core-seconds over the run "
+            f"({100 * busy / (busy + idle):.0f}% of {os.cpu_count()} cores; the whole machine)")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """After pytest's slowest tests: each xdist group's time and each worker's (so the critical
     path shows), then how long each phase of `make test`'s setup took (images/phase.sh writes
     them to $CHEXFLOW_SETUP_TIMES), so a cold run shows where its minutes went."""
     _group_times(terminalreporter)
+    _cpu_use(terminalreporter, config)
     path = Path(os.environ.get("CHEXFLOW_SETUP_TIMES", ""))
     if not path.name or not path.is_file():
         return
