@@ -153,6 +153,8 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     import horovod.tensorflow as hvd_tf
     import tensorflow as tf
 
+    from chexflow.train import recipe
+
     # 1. Horovod: init, one device (GPU) or a share of the cores (CPU) per rank
     _horovod_environment(args, tf)
     hvd_tf.init()
@@ -169,8 +171,8 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     state = _restore(out, ckpt, hvd_tf)
     # in place: a few grouped broadcasts; the default traces one per variable (9 of 24 s of
     # DenseNet-121's start-up on 2 loaded cores)
-    hvd_tf.broadcast_variables(model.variables + model.optimizer.variables, root_rank=0,
-                               inplace=True)
+    hvd_tf.broadcast_variables(model.variables + recipe.optimizer_variables(model.optimizer),
+                               root_rank=0, inplace=True)
     initial_epoch = int(state.get("epoch", 0))
     if hvd_tf.rank() == 0:
         print(
@@ -254,7 +256,7 @@ def _compile_model(args: argparse.Namespace, tf, hvd_tf, manifest, classes):
         loss=recipe.MaskedBCE(c, *weights),
         jit_compile=False,  # --xla: auto-clustering, see XLA_FLAGS
     )
-    model.optimizer.build(model.trainable_variables)
+    recipe.build_optimizer(model.optimizer, model.trainable_variables)
     return model
 
 
@@ -272,7 +274,12 @@ def _restore(out: Path, ckpt, hvd_tf) -> dict:
         path = out / "checkpoints" / f"ckpt-{state['epoch']}"
         if not Path(f"{path}.index").exists():
             raise RunError(f"{state_file}: says epoch {state['epoch']} but {path} is missing")
-        ckpt.restore(str(path)).assert_existing_objects_matched()
+        try:
+            ckpt.restore(str(path)).assert_existing_objects_matched()
+        except AssertionError as e:  # e.g. a checkpoint of the new optimizers (before 2026-11-26)
+            first = str(e).strip().splitlines()[0][:200]
+            raise RunError(f"{path}: does not match this run's model and optimizer ({first}); "
+                           f"train into a new --out") from None
         return {**state, "restored_from": str(path)}
 
     state = _collective_check(hvd_tf, restore)
