@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ import pytest
 
 from chexflow.devcluster import binaries
 from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.envs import REPO_ROOT
 
 NODES = 4
 GPUS_PER_NODE = 8
@@ -144,6 +147,20 @@ def hostpath_claim(core, namespace: str, claim: str, folder: Path) -> str:
         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv,
                  "resources": {"requests": {"storage": "1Gi"}}}})
     return pv
+
+
+def generated_tfrecords(root: Path, images: int = 64, size: int = 64) -> Path:
+    """`images` generated X-rays as `chexflow preprocess` writes them at `size` px, in
+    root/tfrecords (returned): every class in at least 30% of the images and a large
+    validation split (50/40/10), so val_auroc is defined after a few steps."""
+    for cmd in (["data", "synth", "--out", str(root / "raw"), "--images", str(images), "--size",
+                 "64", "--min-prevalence", "0.3"],
+                ["preprocess", "--csv", str(root / "raw" / "Data_Entry_2017.csv"), "--images",
+                 str(root / "raw" / "images"), "--out", str(root / "tfrecords"),
+                 "--image-size", str(size), "--split", "50/40/10"]):
+        subprocess.run([sys.executable, "-m", "chexflow.cli", *cmd], check=True, cwd=REPO_ROOT,
+                       capture_output=True)
+    return root / "tfrecords"
 
 
 @pytest.fixture(scope="package")

@@ -31,7 +31,7 @@ import yaml
 from chexflow.devcluster import realnode
 from chexflow.devcluster.controlplane import LocalCluster, _alive
 from chexflow.envs import REPO_ROOT
-from tests.cluster.test_cluster_real_pods_faults import _tfrecords
+from tests.cluster.conftest import generated_tfrecords
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -145,7 +145,7 @@ def test_mpijob_on_real_pods_survives_each_control_plane_and_node_process_sigkil
     from kubernetes import client
 
     ns, data = real_namespace
-    _tfrecords(data)
+    generated_tfrecords(data)
     rendered = subprocess.run(
         [*CHEXFLOW, "mpijob", "render", "--name", JOB, "--namespace", ns, "--workers", "1",
          "--gpus-per-worker", "0", "--cpu", "750m", "--memory", "3Gi", "--pvc", "data",

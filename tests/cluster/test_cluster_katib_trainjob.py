@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +28,7 @@ from chexflow.jobs.trainjob import (
     TRAINJOB_VERSION,
     horovod_runtime,
 )
-from tests.cluster.conftest import hostpath_claim
+from tests.cluster.conftest import generated_tfrecords, hostpath_claim
 from tests.cluster.test_cluster_katib_tune import CHEXFLOW, TRIAL_ARGS
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
@@ -47,17 +46,6 @@ def tiny_trainjob(image: str) -> list[str]:
     return [*(a for s in SETS for a in ("--set", s)), "--set", f"{TRAINER}.image={image}",
             "--set", f"{TRAINER}.resourcesPerNode={{requests: {{cpu: 250m, memory: 1Gi}}, "
                      "limits: {memory: 3Gi}}", *TRIAL_ARGS]
-
-
-def synth_tfrecords(root: Path) -> None:
-    """160 generated 32 px images as `chexflow preprocess` writes them, in root/tfrecords: 80
-    to train, one step of the spec's largest batch-size (32) on 2 workers."""
-    for cmd in (["data", "synth", "--out", str(root / "raw"), "--images", "160", "--size", "64",
-                 "--min-prevalence", "0.3"],
-                ["preprocess", "--csv", str(root / "raw" / "Data_Entry_2017.csv"), "--images",
-                 str(root / "raw" / "images"), "--out", str(root / "tfrecords"),
-                 "--image-size", "32", "--split", "50/40/10"]):
-        subprocess.run([*CHEXFLOW, *cmd], check=True, cwd=REPO_ROOT, capture_output=True)
 
 
 class PodLog(threading.Thread):
@@ -112,7 +100,7 @@ def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
     (shared / "runs" / "katib").mkdir(parents=True)
     for folder in (shared, shared / "runs", shared / "runs" / "katib"):
         folder.chmod(0o777)  # the image's user writes the trials' run folders
-    synth_tfrecords(shared)
+    generated_tfrecords(shared, images=160, size=32)  # 80 to train: one step of 32 x 2
     pv = hostpath_claim(core, ns, "chexflow-data", shared)  # the template's claim
     name = f"tj-random-{ns[-5:]}"
     pods = PodLog(api, ns)

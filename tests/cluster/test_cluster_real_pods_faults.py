@@ -21,6 +21,7 @@ import pytest
 
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.diagnosis import BAD_INPUT_GRACE_SECONDS
+from tests.cluster.conftest import generated_tfrecords
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -53,16 +54,6 @@ def _nothing_left(k8s_api, ns: str, timeout: float = 60) -> None:
                                  f"{[j['metadata']['name'] for j in jobs]}, pods "
                                  f"{[p.metadata.name for p in pods]}")
         time.sleep(1)
-
-
-def _tfrecords(data: Path) -> None:
-    # enough positives of every class in a large validation split: val_auroc is defined
-    for cmd in (["data", "synth", "--out", str(data / "raw"), "--images", "64", "--size", "64",
-                 "--min-prevalence", "0.3"],
-                ["preprocess", "--csv", str(data / "raw" / "Data_Entry_2017.csv"), "--images",
-                 str(data / "raw" / "images"), "--out", str(data / "tfrecords"),
-                 "--image-size", "64", "--split", "50/40/10"]):
-        subprocess.run([*CHEXFLOW, *cmd], check=True, cwd=REPO_ROOT, capture_output=True)
 
 
 def _wait_for_epoch(proc: subprocess.Popen, state: Path, timeout: float = 900) -> int:
@@ -122,7 +113,7 @@ def test_worker_pod_killed_mid_training_the_retried_launcher_resumes_from_the_ch
 
     ns, data = real_namespace
     core = client.CoreV1Api(k8s_api)
-    _tfrecords(data)
+    generated_tfrecords(data)
     proc = _kill_job(ns, trainer_image)
     try:
         killed_after = _wait_for_epoch(proc, data / "run" / "checkpoints" / "state.json")
@@ -157,7 +148,7 @@ def test_worker_pod_killed_with_backoff_limit_0_fails_the_mpijob_and_the_step_sa
 
     ns, data = real_namespace
     core = client.CoreV1Api(k8s_api)
-    _tfrecords(data)
+    generated_tfrecords(data)
     proc = _kill_job(ns, trainer_image, "--backoff-limit", "0")
     try:
         deadline = time.monotonic() + 900

@@ -21,7 +21,7 @@ import yaml
 
 from chexflow.devcluster import realnode
 from chexflow.envs import REPO_ROOT
-from tests.cluster.conftest import hostpath_claim
+from tests.cluster.conftest import generated_tfrecords, hostpath_claim
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -83,12 +83,7 @@ def test_mpijob_workers_on_two_real_nodes_train_with_horovod_size_2(
     from kubernetes import client
 
     ns, data = two_node_namespace
-    for cmd in (["data", "synth", "--out", str(data / "raw"), "--images", "64", "--size", "64",
-                 "--min-prevalence", "0.3"],
-                ["preprocess", "--csv", str(data / "raw" / "Data_Entry_2017.csv"), "--images",
-                 str(data / "raw" / "images"), "--out", str(data / "tfrecords"),
-                 "--image-size", "64", "--split", "50/40/10"]):
-        subprocess.run([*CHEXFLOW, *cmd], check=True, cwd=REPO_ROOT, capture_output=True)
+    generated_tfrecords(data)
     rendered = subprocess.run(
         [*CHEXFLOW, "mpijob", "render", "--name", "spread", "--namespace", ns, "--workers", "2",
          "--gpus-per-worker", "0", "--cpu", "750m", "--memory", "3Gi", "--pvc", "data",

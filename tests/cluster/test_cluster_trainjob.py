@@ -28,6 +28,7 @@ from chexflow.jobs.trainjob import (
     TRAINJOB_VERSION,
     horovod_runtime,
 )
+from tests.cluster.conftest import generated_tfrecords
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -73,12 +74,7 @@ def test_trainjob_on_chexflows_runtime_trains_densenet_with_horovod_size_2_on_re
     from kubernetes import client
 
     ns, data = real_namespace
-    for cmd in (["data", "synth", "--out", str(data / "raw"), "--images", "64", "--size", "64",
-                 "--min-prevalence", "0.3"],
-                ["preprocess", "--csv", str(data / "raw" / "Data_Entry_2017.csv"), "--images",
-                 str(data / "raw" / "images"), "--out", str(data / "tfrecords"),
-                 "--image-size", "64", "--split", "50/40/10"]):
-        subprocess.run([*CHEXFLOW, *cmd], check=True, cwd=REPO_ROOT, capture_output=True)
+    generated_tfrecords(data)
     core = client.CoreV1Api(k8s_api)
     start = time.monotonic()
     proc = subprocess.Popen(
