@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from chexflow.envs import REPO_ROOT
+from chexflow.jobs.local import quick_horovodrun
 from chexflow.katib.experiment.spec import load_experiment
 from chexflow.katib.experiment.trialspec import (
     katib_wrap,
@@ -112,10 +113,10 @@ def test_shipped_specs_keep_horovodrun_and_need_no_note(tmp_path: Path):
         container, _ = primary_container(exp, spec)  # a TrainJob's: its trainer command
         assert quoting_note(container, "x") is None, path
         argv, _, ours = local_command_parts(exp, spec, {}, tmp_path, [])
-        assert Path(argv[0]).name == "horovodrun" and ours == 7
+        assert argv[:3] == quick_horovodrun() and ours == 9
         shell, dash_c, script = katib_wrap(argv, ours, "StdOut", str(tmp_path), {}, False)
         assert (shell, dash_c) == ("sh", "-c")
-        assert script.startswith(f"{argv[0]} -np 2 -H localhost:2 --gloo {argv[6]} -m "
+        assert script.startswith(f"{' '.join(argv[:3])} -np 2 -H localhost:2 --gloo {argv[8]} -m "
                                  "chexflow.train.worker ")
         assert script.endswith(f" 1>{tmp_path}/metrics.log 2>&1 && echo completed > "
                                f"{tmp_path}/$$.pid")

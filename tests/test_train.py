@@ -31,7 +31,7 @@ METRIC_KEYS = {
 
 def test_horovodrun_command_line():
     worker = TrainOptions(epochs=1, out=Path("/o"), amp=True).worker_command("/py")
-    cmd = horovodrun_command(worker, 2, "localhost:2", horovodrun="horovodrun")
+    cmd = horovodrun_command(worker, 2, "localhost:2", horovodrun=["horovodrun"])
     assert cmd[:9] == [
         "horovodrun", "-np", "2", "-H", "localhost:2", "--gloo",
         "/py", "-m", "chexflow.train.worker",

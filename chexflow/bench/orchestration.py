@@ -16,7 +16,7 @@ from pathlib import Path
 from chexflow.bench.core import Result, Side, compare
 from chexflow.envs import trainer_python, with_chexflow_importable
 from chexflow.jobs.allreduce import local_allreduce
-from chexflow.jobs.local import horovodrun_command, quick_horovodrun
+from chexflow.jobs.local import horovodrun_command
 from chexflow.train.options import TrainOptions
 
 
@@ -45,7 +45,7 @@ def run(work: Path, model: str, size: int, batch: int, steps: int, workers: int,
         options = TrainOptions(out=out, model=model, image_size=size, batch_size=batch,
                                steps_per_epoch=steps, epochs=1, synthetic_data=True)
         cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers,
-                                 horovodrun=quick_horovodrun(), controller=allreduce.controller)
+                                 controller=allreduce.controller)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, text=True,
                        env=with_chexflow_importable({**allreduce.env, **os.environ}))

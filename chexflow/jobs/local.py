@@ -21,7 +21,6 @@ from typing import TextIO
 from chexflow.envs import (
     REPO_ROOT,
     in_trainer_env,
-    trainer_bin,
     trainer_python,
     with_chexflow_importable,
 )
@@ -57,13 +56,12 @@ def resolve_command(spec: JobSpec) -> list[str]:
 
 
 def horovodrun_command(program: list[str], processes: int, hosts: str | None = None,
-                       horovodrun: str | list[str] | None = None,
+                       horovodrun: list[str] | None = None,
                        controller: str = "gloo") -> list[str]:
     """`horovodrun -np N -H HOSTS --gloo PROGRAM...`: N ranks over gloo, or mpirun with
-    controller "mpi" (HOSTS default localhost:N), horovodrun from the trainer environment
-    unless given (a path, or an argv such as quick_horovodrun())."""
-    head = [horovodrun] if isinstance(horovodrun, str) else list(horovodrun or [])
-    return [*(head or [str(trainer_bin("horovodrun"))]), "-np", str(processes),
+    controller "mpi" (HOSTS default localhost:N); horovodrun is the trainer environment's
+    without its build checks (quick_horovodrun) unless given as an argv."""
+    return [*(horovodrun or quick_horovodrun()), "-np", str(processes),
             "-H", hosts or f"localhost:{processes}", f"--{controller}", *program]
 
 
@@ -100,8 +98,7 @@ def local_argv(spec: JobSpec, allreduce: Allreduce | None = None) -> list[str]:
     allreduce = allreduce or horovod_allreduce(spec)
     if allreduce is None:
         return argv
-    return horovodrun_command(argv, spec.processes, horovodrun=quick_horovodrun(),
-                              controller=allreduce.controller)
+    return horovodrun_command(argv, spec.processes, controller=allreduce.controller)
 
 
 def job_environment(spec: JobSpec, allreduce: Allreduce | None = None) -> dict[str, str]:

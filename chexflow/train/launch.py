@@ -114,7 +114,7 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
     (and ends its workers) when this process dies, however it ends."""
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.allreduce import local_allreduce
-    from chexflow.jobs.local import horovodrun_command, quick_horovodrun, reaped
+    from chexflow.jobs.local import horovodrun_command, reaped
 
     hosts = resolve_hosts(workers, hosts)
     check_controller(controller)
@@ -122,7 +122,7 @@ def train_with_horovodrun(workers: int, hosts: str | None, options: TrainOptions
     if allreduce.note:
         print(f"launch: {allreduce.note}", flush=True)
     cmd = horovodrun_command(options.worker_command(str(trainer_python())), workers, hosts,
-                             horovodrun=quick_horovodrun(), controller=allreduce.controller)
+                             controller=allreduce.controller)
     with tempfile.TemporaryDirectory(prefix="chexflow-train-") as tmp:
         error_file = Path(tmp) / "error.txt"
         env = with_chexflow_importable({**allreduce.env, **os.environ, **(env or {}),
