@@ -16,6 +16,7 @@ from chexflow.errors import ChexflowError
 from chexflow.katib.cluster.kubernetes import (
     ClusterError,
     cluster_experiment,
+    failure_line,
     optimal_from_status,
     parse_claims,
     progress_line,
@@ -314,3 +315,19 @@ def test_trial_args_go_into_a_trainjob_trials_trainer_command_as_into_a_local_tr
     for name in ("--epochs", "--image-size", "--weights", "--steps-per-epoch", "--data"):
         assert flag(cluster_argv, name) == flag(local_argv, name), name
     assert flag(cluster_argv, "--lr") == "${trialParameters.learningRate}"
+
+
+def test_a_failed_attempt_is_reported_by_its_ranks_error_line_not_mpiruns_last_words():
+    """The TrainJob sweep's launcher (Katib's StdOut collector) ended with mpirun's warning
+    after the rank's one-line error: the error is the line `tune --cluster` shows."""
+    log = "\n".join([
+        "I1126 09:07:01.123456      12 main.go:142] epoch=1 val_auroc=0.5",
+        "chexflow train: error: 31 training images are fewer than one step of 16 x 2 workers",
+        "--------------------------------------------------------------------------",
+        "WARNING: The environment variable LD_LIBRARY_PATH was specified with -x but is not set.",
+        "--------------------------------------------------------------------------", ""])
+    assert failure_line(log) == ("chexflow train: error: 31 training images are fewer than one "
+                                 "step of 16 x 2 workers")
+    assert failure_line("I1126 09:07:01.123456      12 main.go:142] sh: 1: boom: not found\n") \
+        == "sh: 1: boom: not found"
+    assert failure_line("\n \n") == ""

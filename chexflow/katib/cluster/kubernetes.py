@@ -84,6 +84,16 @@ TEMPLATE_WAIT_S = 15.0  # how long a just-written ConfigMap may take to reach Ka
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
+def failure_line(text: str) -> str:
+    """Of a failed attempt's last log lines (klog headers of Katib's collector removed): the
+    last `PROG: error: ...` line, the one-line error of chexflow and argparse, since mpirun's
+    warnings and summary come after its rank's error; else the last line."""
+    lines = [KLOG_HEADER.sub("", ln).strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    errors = [ln for ln in lines if ": error: " in ln]
+    return (errors or lines or [""])[-1]
+
+
 class ClusterError(ChexflowError):
     """The Experiment could not be created or followed on the cluster."""
 
@@ -505,18 +515,17 @@ class ClusterSweep:
             self.echo(line)
 
     def pod_log_line(self, core, pod: str, container: str, previous: bool) -> str:
-        """The last line the failed attempt logged: the container's own log, else (StdOut
-        collector: Katib sends the output to its metrics file) the collector sidecar's."""
+        """The line that says why the failed attempt ended (failure_line): the container's own
+        log, else (StdOut collector: Katib sends the output to its metrics file) the collector
+        sidecar's."""
         for name, prev in ((container, previous), (COLLECTOR_CONTAINER, False)):
             try:
                 text = core.read_namespaced_pod_log(pod, self.ns, container=name,
-                                                    tail_lines=5, previous=prev)
+                                                    tail_lines=20, previous=prev)
             except Exception:
                 continue
-            lines = [KLOG_HEADER.sub("", ln).strip() for ln in text.splitlines()]
-            lines = [ln for ln in lines if ln]
-            if lines:
-                return lines[-1]
+            if line := failure_line(text):
+                return line
         return ""
 
     def follow(self) -> tuple[dict, list[TrialRecord], dict]:
