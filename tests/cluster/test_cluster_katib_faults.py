@@ -50,7 +50,8 @@ SPEC = REPO_ROOT / "katib" / "specs" / "chexnet-multivariate-tpe.yaml"
 KATIB = ("katib-controller", "katib-db-manager", "katib-mysql", "suggestion")
 FAULTS = (*CONTROL_PLANE, *KATIB)
 EPOCHS, RANKS = 4, 2  # reports per trial (val_auroc=0.1 .. 0.4, one every 3 s); MPI ranks
-TRIALS, PARALLEL = 12, 2
+TRIALS, PARALLEL = 18, 2  # 10 faults, each once a trial started after the previous one runs,
+# and a few trials after the last one (the fault-free baseline)
 GAP_S = 3  # trials go on between two faults
 TABLE = REPO_ROOT / "docs" / "cluster-faults-katib.json"
 MPIJOB = "spec.trialTemplate.trialSpec.spec"
@@ -95,6 +96,14 @@ def _pod(core, fault: str, ns: str, exp: str):
             if p.metadata.deletion_timestamp is None]
     assert len(pods) == 1, (fault, [p.metadata.name for p in pods])
     return pods[0]
+
+
+def _running(core, ns: str) -> set[str]:
+    """The trials whose launcher pod runs (mpirun started: its image is unpacked, its worker
+    Ready, as launcherCreationPolicy WaitForWorkersReady asks)."""
+    pods = core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher")
+    return {p.metadata.labels.get("training.kubeflow.org/job-name") for p in pods.items
+            if p.status.phase == "Running"} - {None}  # the MPIJob has the Trial's name
 
 
 def _katib_restarts(core, ns: str, exp: str) -> dict[str, int]:
@@ -164,15 +173,16 @@ def test_an_experiment_of_mpijob_trials_survives_ten_control_plane_and_katib_pro
          *tune_sets(name, katib_trainer_image)],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "KUBECONFIG": str(katib_cluster.kubeconfig)})
-    rows = []
+    rows, faulted = [], set()
     try:
-        deadline = time.monotonic() + 600
-        while not any((t.get("status") or {}).get("startTime")
-                      for t in _trials(custom, ns, name)):  # a trial runs: the sweep is on
-            assert tune.poll() is None and time.monotonic() < deadline, tune.poll()
-            time.sleep(1)
-        for fault in FAULTS:
+        for fault in FAULTS:  # each once a trial started since the previous fault runs mpirun
+            deadline = time.monotonic() + 600
+            while not (running := retry(lambda: _running(core, ns))) - faulted:
+                assert tune.poll() is None, f"the Experiment ended before the {fault} fault"
+                assert time.monotonic() < deadline, f"no new trial running for 600 s: {rows}"
+                time.sleep(0.5)
             rows.append(_inject(katib_cluster, core, node, fault, ns, name))
+            faulted |= running
             assert tune.poll() is None, f"the Experiment ended during the {fault} fault: {rows}"
         out, _ = tune.communicate(timeout=1200)
     finally:
