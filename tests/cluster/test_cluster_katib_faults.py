@@ -152,6 +152,35 @@ def _inject(cluster, core, node: RealNode, fault: str, ns: str, exp: str) -> dic
             "also_restarted": sorted(also), "window": (at, at + ready)}
 
 
+def _failed(trials: list[dict], statuses: dict[str, str], rows: list[dict],
+            kubelet_log) -> dict[str, dict]:
+    """The trials that did not succeed, each as Katib's design fails it: its metrics collector
+    reported while db-manager (or MySQL behind it) was down; Katib's collector tries
+    ReportObservationLog once and exits (klog.Fatalf "Failed to Report logs", v0.19.0
+    cmd/metricscollector/v1beta1/file-metricscollector/main.go), so the launcher pod's
+    collector container crash-loops (the kubelet's log) until the launcher Job's backoffLimit:
+    the MPIJob, hence the Trial, Failed with BackoffLimitExceeded. Katib makes another trial in
+    its place (maxFailedTrialCount allows it). Asserted for each; returned for the table."""
+    log = kubelet_log.read_text(errors="replace")
+    out = {}
+    for trial in trials:
+        name = trial["metadata"]["name"]
+        if statuses.get(name) == "Succeeded":
+            continue
+        cond = next(c for c in trial["status"]["conditions"]
+                    if c["type"] == "Failed" and c["status"] == "True")
+        faults = [r["fault"] for r in rows if name in r["trials_in_flight"]]
+        crashed = ("restarting failed container=metrics-logger-and-collector "
+                   f"pod={name}-launcher-") in log
+        out[name] = {"faults_in_flight": faults, "reason": cond["reason"],
+                     "collector_crash_looped": crashed}
+        assert statuses[name] == "Failed", (name, statuses[name])
+        assert "BackoffLimitExceeded" in cond["reason"] + cond["message"], (name, cond)
+        assert crashed, f"{name}: no collector restart in {kubelet_log}"
+        assert {"katib-db-manager", "katib-mysql"} & set(faults), (name, faults)
+    return out
+
+
 @pytest.mark.timeout(1800)
 def test_an_experiment_of_mpijob_trials_survives_ten_control_plane_and_katib_processes_sigkilled(
         katib_cluster, katib_namespace, katib_trainer_image, tmp_path):
@@ -241,6 +270,7 @@ def test_an_experiment_of_mpijob_trials_survives_ten_control_plane_and_katib_pro
         row["trials_ended"] = {n: statuses.get(n) for n in row["trials_in_flight"]}
         row["seconds_lost"] = round(max((took[n] for n in row["trials_in_flight"]),
                                         default=median) - median, 1)
+    failed = _failed(trials, statuses, rows, katib_cluster.log_dir / "kubelet.log")
     table = TABLE if os.environ.get("CHEXFLOW_RECORD_FAULT_TABLE") == "1" else \
         tmp_path / "cluster-faults-katib.json"
     table.write_text(json.dumps({
@@ -257,5 +287,6 @@ def test_an_experiment_of_mpijob_trials_survives_ten_control_plane_and_katib_pro
                        "outcome": cond["type"], "reason": cond.get("reason"),
                        "seconds": round(time.time() - started),
                        "counts": results["counts"],
-                       "median_fault_free_trial_s": round(median, 1)},
+                       "median_fault_free_trial_s": round(median, 1),
+                       "failed_trials": failed},
         "faults": rows}, indent=2) + "\n")
