@@ -7,8 +7,9 @@ restarted, and the seconds its epoch took beyond the median of the fault-free ep
 last fault) is written beside the test's data (to docs/cluster-faults.json, which
 docs/local-cluster.md quotes, with CHEXFLOW_RECORD_FAULT_TABLE=1).
 
-Katib's components (controller, db-manager, MySQL, a suggestion pod) are pods on the Katib
-cluster: tests/cluster/test_cluster_katib_faults.py kills them while an Experiment runs."""
+The same six, and Katib's components (controller, db-manager, MySQL, a suggestion pod), are
+killed while a Katib Experiment with MPIJob trials runs in
+tests/cluster/test_cluster_katib_faults.py; both use the helpers of tests/cluster/faults.py."""
 
 from __future__ import annotations
 
@@ -16,91 +17,29 @@ import contextlib
 import json
 import os
 import signal
-import ssl
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
-from chexflow.devcluster import realnode
-from chexflow.devcluster.controlplane import LocalCluster, _alive
 from chexflow.envs import REPO_ROOT
 from tests.cluster.conftest import generated_tfrecords
+from tests.cluster.faults import CONTROL_PLANE, kill_component, restarts, retry
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
 CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
-FAULTS = ("etcd", "kube-apiserver", "kube-scheduler", "mpi-operator", "kubelet", "containerd")
+FAULTS = CONTROL_PLANE
 EPOCHS = 12  # the faults fall in epochs 2-7 or so; the later ones are the baseline
 JOB = "faults"
 # the table docs/local-cluster.md quotes; a run writes it there only when asked
 # (CHEXFLOW_RECORD_FAULT_TABLE=1), so `make test` leaves the tree as it was
 TABLE = REPO_ROOT / "docs" / "cluster-faults.json"
-
-
-def _get(url: str, context: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3, context=context) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-def _healthy(cluster: LocalCluster, name: str) -> bool:
-    """The component answers again, as its clients need it."""
-    from kubernetes import client
-
-    ports = cluster.ports
-    insecure = ssl._create_unverified_context()  # loopback health endpoints, self-signed
-    checks = {
-        "etcd": lambda: _get(f"{cluster.server}/readyz", cluster._ssl_context()),
-        "kube-apiserver": lambda: _get(f"{cluster.server}/readyz", cluster._ssl_context()),
-        "kube-scheduler": lambda: _get(f"https://127.0.0.1:{ports['scheduler']}/healthz",
-                                       insecure),
-        "mpi-operator": lambda: _get(f"http://127.0.0.1:{ports['mpi_health']}/healthz"),
-        "kubelet": lambda: _get(f"http://127.0.0.1:{ports['kubelet_healthz']}/healthz"),
-        "containerd": lambda: realnode.RealNode(cluster.state_dir).ctr(
-            "version", check=False).returncode == 0,
-    }
-    if not checks[name]():
-        return False
-    if name in ("kubelet", "containerd"):
-        try:
-            conds = client.CoreV1Api(cluster.api_client()).read_node(
-                realnode.NODE_NAME).status.conditions or []
-        except Exception:  # noqa: BLE001 - any API error: not healthy yet
-            return False
-        return any(c.type == "Ready" and c.status == "True" for c in conds)
-    return True
-
-
-def _kill_and_recover(state: Path, name: str, timeout: float = 180) -> tuple[float, float]:
-    """SIGKILL component `name`; seconds until the supervisor restarted it, and until healthy."""
-    old = LocalCluster.attach(state).processes[name]
-    start = time.monotonic()
-    os.kill(old["pid"], signal.SIGKILL)
-    restarted = None
-    while time.monotonic() - start < timeout:
-        cluster = LocalCluster.attach(state)
-        new = cluster.processes[name]
-        if restarted is None and new["pid"] != old["pid"] and _alive(new["pid"], new["exe"]):
-            restarted = time.monotonic() - start
-            assert new["args"] == old["args"], (old, new)
-        if restarted is not None and _healthy(cluster, name):
-            return restarted, time.monotonic() - start
-        time.sleep(0.5)
-    raise AssertionError(f"{name} not back within {timeout:.0f} s (restarted after "
-                         f"{restarted} s); see {state}/logs/{name}.log, supervisor.log")
-
-
-def _restarts(state: Path) -> dict[str, int]:
-    return {n: p.get("restarts", 0) for n, p in LocalCluster.attach(state).processes.items()}
 
 
 def _job_pods(core, ns: str) -> dict[str, tuple[str, int]]:
@@ -109,18 +48,6 @@ def _job_pods(core, ns: str) -> dict[str, tuple[str, int]]:
     return {p.metadata.name: (p.metadata.uid, sum(c.restart_count for c in
                                                   p.status.container_statuses or []))
             for p in pods.items}
-
-
-def _retry(fn, timeout: float = 120):
-    """fn() once the apiserver answers again."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except Exception:  # noqa: BLE001 - apiserver or etcd still coming back
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
 
 
 def _epoch_ends(state: Path, ends: dict[int, float], stop: threading.Event) -> None:
@@ -173,14 +100,14 @@ def test_mpijob_on_real_pods_survives_each_control_plane_and_node_process_sigkil
             time.sleep(1)
         rows = []
         for name in FAULTS:
-            before = _retry(lambda: _job_pods(core, ns))
+            before = retry(lambda: _job_pods(core, ns))
             epoch = json.loads(state.read_text())["epoch"]
-            counts = _restarts(k8s_cluster.state_dir)
+            counts = restarts(k8s_cluster.state_dir)
             killed_at = time.monotonic()
-            restarted, healthy = _kill_and_recover(k8s_cluster.state_dir, name)
+            restarted, healthy = kill_component(k8s_cluster.state_dir, name)
             time.sleep(3)  # the job makes progress between two faults
-            after = _retry(lambda: _job_pods(core, ns))
-            also = [n for n, c in _restarts(k8s_cluster.state_dir).items()
+            after = retry(lambda: _job_pods(core, ns))
+            also = [n for n, c in restarts(k8s_cluster.state_dir).items()
                     if n != name and c > counts.get(n, 0)]
             lost = {p: after.get(p) for p in before if after.get(p) != before[p]}
             rows.append({"fault": name, "during_epoch": epoch + 1, "at": killed_at,
@@ -188,11 +115,11 @@ def test_mpijob_on_real_pods_survives_each_control_plane_and_node_process_sigkil
                          "healthy_after_s": round(healthy, 1),
                          "job_pods_replaced_or_restarted": sorted(lost),
                          "also_restarted": also})
-            assert _retry(lambda: _condition(custom, ns)) is None, (name, rows)
+            assert retry(lambda: _condition(custom, ns)) is None, (name, rows)
         cond = None
         deadline = time.monotonic() + 1500
         while cond is None and time.monotonic() < deadline:
-            cond = _retry(lambda: _condition(custom, ns))
+            cond = retry(lambda: _condition(custom, ns))
             time.sleep(2)
         job_seconds = time.monotonic() - job_start
         time.sleep(0.5)
@@ -218,9 +145,8 @@ def test_mpijob_on_real_pods_survives_each_control_plane_and_node_process_sigkil
         row["during_epoch"] = epoch
         row["epoch_seconds"] = round(took.get(epoch, float("nan")), 1)
         row["seconds_lost"] = round(took.get(epoch, float("nan")) - statistics.median(clean), 1)
-    restarts = {n: p.get("restarts", 0)
-                for n, p in LocalCluster.attach(k8s_cluster.state_dir).processes.items()}
-    assert all(restarts[n] >= 1 for n in FAULTS), restarts
+    counts = restarts(k8s_cluster.state_dir)
+    assert all(counts[n] >= 1 for n in FAULTS), counts
     table = TABLE if os.environ.get("CHEXFLOW_RECORD_FAULT_TABLE") == "1" else \
         real_namespace[1].parent / "cluster-faults.json"
     table.write_text(json.dumps({

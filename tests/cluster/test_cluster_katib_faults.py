@@ -1,14 +1,29 @@
-"""Fault injection on the Katib cluster while an Experiment runs (`chexflow tune --cluster`):
-the main process of katib-controller, katib-db-manager, katib-mysql and the Experiment's
-suggestion pod is SIGKILLed on the node, one at a time, as a crash of that process would; the
-kubelet restarts each container. The Experiment must end (Succeeded, or Failed with Katib's
-reason), every Trial must be one the suggestion gave (same name, same assignments, none twice,
-none missing), and each trial's observation log in db-manager must hold exactly the reports the
-trial printed (none lost, none twice). The table (fault, seconds until the container ran again
-and its pod was Ready, the trials in flight and what became of them, and the seconds those
-trials took beyond the fault-free ones) is written beside the test's data (to
-docs/cluster-faults-katib.json, which docs/local-cluster.md quotes, with
-CHEXFLOW_RECORD_FAULT_TABLE=1)."""
+"""Fault injection on the Katib cluster while one Experiment with MPIJob trials runs (`chexflow
+tune katib/specs/chexnet-multivariate-tpe.yaml --cluster`, the shipped spec and its MPIJob
+template with `--set`): ten processes are SIGKILLed one at a time, each once, while trials run.
+
+- etcd, kube-apiserver, kube-scheduler, mpi-operator, the kubelet and containerd: the
+  cluster's supervisor (started here, as test_cluster_faults_table.py does) restarts each.
+- The main process of katib-controller, katib-db-manager, katib-mysql and the Experiment's
+  suggestion pod (chexflow's multivariate-tpe service), found through containerd: the kubelet
+  restarts the container.
+
+The trials do not train: each is an MPIJob (kubeflow.org/v2beta1, one worker pod with 2 slots,
+the trainer image's OpenMPI and sshd) whose launcher's mpirun starts 2 ranks of a shell loop;
+rank 0 prints `val_auroc=0.1 .. 0.4` 3 s apart (Katib's StdOut collector reads the launcher),
+and each rank writes its rank-N.json into the trial's folder on a PersistentVolumeClaim (a
+temporary file, then a rename).
+
+Checked: the Experiment ends (Succeeded, or Failed with Katib's reason); its Trials are exactly
+the suggestions the Suggestion lists (same names and assignments, no point twice, none
+missing); each trial's observation log in db-manager holds exactly its reports once (or none,
+for a trial that failed); every rank file on the claim is whole, and a Succeeded trial has both.
+Measured per fault: seconds until the process (container) ran again and until it was healthy
+(pod Ready), the supervised processes and Katib pods that also restarted, the trials in flight
+while it was down and how they ended, and the seconds the slowest of them took beyond the
+median trial that no fault touched. The table is written beside the test's data, or with
+CHEXFLOW_RECORD_FAULT_TABLE=1 to docs/cluster-faults-katib.json, which docs/local-cluster.md
+quotes."""
 
 from __future__ import annotations
 
@@ -21,36 +36,58 @@ import time
 from datetime import datetime
 
 import pytest
-import yaml
 
 from chexflow.devcluster.katib import NAMESPACE
 from chexflow.devcluster.realnode import RealNode
 from chexflow.envs import REPO_ROOT
-from tests.cluster.test_cluster_katib_tune import _job_spec
-from tests.conftest import CHEXFLOW
+from tests.cluster.conftest import hostpath_claim
+from tests.cluster.faults import CONTROL_PLANE, kill_component, kill_pod_process, restarts, retry
+from tests.cluster.test_cluster_katib_tune import CHEXFLOW, LAUNCHER, WORKER
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
-FAULTS = ("katib-controller", "katib-db-manager", "katib-mysql", "suggestion")
-EPOCHS = 4  # reports per trial: val_auroc=0.1 .. 0.4, one every 3 s
-TRIALS, PARALLEL = 16, 2
+SPEC = REPO_ROOT / "katib" / "specs" / "chexnet-multivariate-tpe.yaml"
+KATIB = ("katib-controller", "katib-db-manager", "katib-mysql", "suggestion")
+FAULTS = (*CONTROL_PLANE, *KATIB)
+EPOCHS, RANKS = 4, 2  # reports per trial (val_auroc=0.1 .. 0.4, one every 3 s); MPI ranks
+TRIALS, PARALLEL = 18, 2  # 10 faults, each once a trial started after the previous one runs,
+# and a few trials after the last one (the fault-free baseline)
+GAP_S = 3  # trials go on between two faults
 TABLE = REPO_ROOT / "docs" / "cluster-faults-katib.json"
+MPIJOB = "spec.trialTemplate.trialSpec.spec"
+# what each rank runs: the launcher's command is `sh -c "mpirun ... bash -c 'SCRIPT'"`, as one
+# string, since Katib's pod webhook joins its command and args with spaces into one `sh -c`
+# string (wrapWorkerContainer, pkg/webhook/v1beta1/pod/utils.go)
+SCRIPT = (
+    "d=/mnt/chexflow/runs/${trialParameters.trialName}; r=$OMPI_COMM_WORLD_RANK; "
+    "if [ $r = 0 ]; then echo lr=${trialParameters.learningRate} "
+    "batch_size=${trialParameters.batchSize} optimizer=${trialParameters.optimizer} "
+    "weight_decay=${trialParameters.weightDecay}; fi; "
+    f"for e in $(seq 1 {EPOCHS}); do sleep 3; "
+    "if [ $r = 0 ]; then echo epoch=$e val_auroc=0.$e; fi; done; mkdir -p $d && "
+    'printf "{\\"rank\\": $r, \\"size\\": $OMPI_COMM_WORLD_SIZE, \\"reports\\": $e}\\n" '
+    ">$d/.rank-$r.tmp && mv $d/.rank-$r.tmp $d/rank-$r.json")
 
 
-def _spec(name: str, image: str) -> dict:
-    """The one-trial Job Experiment of the Katib tests, as TRIALS trials, PARALLEL at a time, of
-    chexflow's multivariate-tpe, each printing EPOCHS reports 3 s apart (the first after 3 s)."""
-    script = (f'echo "lr=${{trialParameters.lr}}"; for e in $(seq 1 {EPOCHS}); do sleep 3; '
-              'echo "epoch=$e val_auroc=0.$e"; done')
-    spec = _job_spec(name, image, script, pause=0)
-    spec["spec"].update(algorithm={"algorithmName": "multivariate-tpe"},
-                        parallelTrialCount=PARALLEL, maxTrialCount=TRIALS,
-                        maxFailedTrialCount=TRIALS)
-    return spec
+def tune_sets(name: str, image: str) -> list[str]:
+    """The shipped spec as TRIALS MPIJob trials, PARALLEL at a time, without early stopping,
+    val_auroc its only metric; one worker pod of RANKS slots, small, without a GPU; the
+    launcher's mpirun runs SCRIPT on RANKS ranks."""
+    small = "{requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}"
+    mpirun = f"mpirun -np {RANKS} -bind-to none -map-by slot bash -c '{SCRIPT}'"
+    sets = [f"metadata.name={name}", f"spec.maxTrialCount={TRIALS}",
+            f"spec.parallelTrialCount={PARALLEL}", f"spec.maxFailedTrialCount={TRIALS}",
+            "spec.earlyStopping=null", "spec.objective.additionalMetricNames=[]",
+            "spec.objective.metricStrategies=[{name: val_auroc, value: max}]",
+            f"{MPIJOB}.slotsPerWorker={RANKS}", f"{MPIJOB}.mpiReplicaSpecs.Worker.replicas=1",
+            f"{LAUNCHER}.image={image}", f"{WORKER}.image={image}",
+            f"{LAUNCHER}.resources={small}", f"{WORKER}.resources={small}",
+            f"{LAUNCHER}.command=[sh, -c]", f"{LAUNCHER}.args={json.dumps([mpirun])}"]
+    return [a for s in sets for a in ("--set", s)]
 
 
 def _pod(core, fault: str, ns: str, exp: str):
-    """The one running pod of the component (the suggestion: the Experiment's)."""
+    """The one running pod of the Katib component (the suggestion: the Experiment's)."""
     if fault == "suggestion":
         where, selector = ns, f"katib.kubeflow.org/suggestion={exp}"
     else:
@@ -61,41 +98,21 @@ def _pod(core, fault: str, ns: str, exp: str):
     return pods[0]
 
 
-def _main_pid(node: RealNode, pod) -> tuple[str, int]:
-    """The pod's first container: its containerd id and its main process's host pid."""
-    cid = pod.status.container_statuses[0].container_id.split("://", 1)[1]
-    for line in node.ctr("task", "ls").stdout.splitlines()[1:]:
-        task, pid, status = line.split()
-        if task == cid and status == "RUNNING":
-            return cid, int(pid)
-    raise AssertionError(f"no running task for {pod.metadata.name} ({cid})")
+def _running(core, ns: str) -> set[str]:
+    """The trials whose launcher pod runs (mpirun started: its image is unpacked, its worker
+    Ready, as launcherCreationPolicy WaitForWorkersReady asks)."""
+    pods = core.list_namespaced_pod(ns, label_selector="training.kubeflow.org/job-role=launcher")
+    return {p.metadata.labels.get("training.kubeflow.org/job-name") for p in pods.items
+            if p.status.phase == "Running"} - {None}  # the MPIJob has the Trial's name
 
 
-def _ready(pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
-def _kill_and_recover(core, node: RealNode, fault: str, ns: str, exp: str,
-                      timeout: float = 300) -> tuple[float, float, str]:
-    """SIGKILL the component's main process; seconds until its container ran again (a new
-    containerd task, restartCount up) and until the pod was Ready; the pod's name."""
-    pod = _pod(core, fault, ns, exp)
-    cid, pid = _main_pid(node, pod)
-    restarts = pod.status.container_statuses[0].restart_count
-    start = time.monotonic()
-    os.kill(pid, signal.SIGKILL)
-    running = None
-    while time.monotonic() - start < timeout:
-        pod = core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
-        status = pod.status.container_statuses[0]
-        if running is None and status.restart_count > restarts and status.state.running:
-            assert status.container_id.split("://", 1)[1] != cid
-            running = time.monotonic() - start
-        if running is not None and _ready(pod):
-            return running, time.monotonic() - start, pod.metadata.name
-        time.sleep(0.5)
-    raise AssertionError(f"{fault}: pod {pod.metadata.name} not Ready {timeout:.0f} s after "
-                         f"SIGKILL (container running again after {running} s)")
+def _katib_restarts(core, ns: str, exp: str) -> dict[str, int]:
+    """Container restarts of Katib's pods and the Experiment's suggestion pod."""
+    pods = [*core.list_namespaced_pod(NAMESPACE).items,
+            *core.list_namespaced_pod(ns, label_selector=f"katib.kubeflow.org/suggestion={exp}"
+                                      ).items]
+    return {p.metadata.name: sum(c.restart_count for c in p.status.container_statuses or [])
+            for p in pods}
 
 
 def _trials(custom, ns: str, exp: str) -> list[dict]:
@@ -108,53 +125,108 @@ def _stamp(value: str | None) -> float | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
 
 
-def _in_flight(custom, ns: str, exp: str) -> list[str]:
-    return sorted(t["metadata"]["name"] for t in _trials(custom, ns, exp)
-                  if not (t.get("status") or {}).get("completionTime"))
+def _span(trial: dict) -> tuple[float, float]:
+    """When the Trial was created and when it ended (now, if it has not)."""
+    end = _stamp((trial.get("status") or {}).get("completionTime"))
+    return _stamp(trial["metadata"]["creationTimestamp"]), end or time.time()
 
 
-@pytest.mark.timeout(2400)
-def test_an_experiment_survives_katibs_controller_db_manager_mysql_and_suggestion_sigkilled(
-        katib_cluster, katib_namespace, katib_base_image, tmp_path):
+def _inject(cluster, core, node: RealNode, fault: str, ns: str, exp: str) -> dict:
+    """SIGKILL `fault`, wait until it is back; its row of the table (with `window`, the wall
+    time it was down, which the caller replaces by the trials it touched)."""
+    before, katib = restarts(cluster.state_dir), retry(lambda: _katib_restarts(core, ns, exp))
+    at, target = time.time(), fault
+    if fault in CONTROL_PLANE:
+        running, ready = kill_component(cluster.state_dir, fault)
+        what = "process, restarted by the supervisor"
+    else:
+        pod = _pod(core, fault, ns, exp)
+        running, ready = kill_pod_process(core, node, pod)
+        target, what = pod.metadata.name, "pod's main process, restarted by the kubelet"
+    time.sleep(GAP_S)
+    pods = retry(lambda: _katib_restarts(core, ns, exp))
+    also = [n for n, c in [*restarts(cluster.state_dir).items(), *pods.items()]
+            if n != target and c > {**before, **katib}.get(n, 0)]
+    return {"fault": fault, "pod": None if target == fault else target, "what": what,
+            "running_again_after_s": round(running, 1), "ready_after_s": round(ready, 1),
+            "also_restarted": sorted(also), "window": (at, at + ready)}
+
+
+def _failed(trials: list[dict], statuses: dict[str, str], rows: list[dict],
+            kubelet_log) -> dict[str, dict]:
+    """The trials that did not succeed, each as Katib's design fails it: its metrics collector
+    reported while db-manager (or MySQL behind it) was down; Katib's collector tries
+    ReportObservationLog once and exits (klog.Fatalf "Failed to Report logs", v0.19.0
+    cmd/metricscollector/v1beta1/file-metricscollector/main.go), so the launcher pod's
+    collector container crash-loops (the kubelet's log) until the launcher Job's backoffLimit:
+    the MPIJob, hence the Trial, Failed with BackoffLimitExceeded. Katib makes another trial in
+    its place (maxFailedTrialCount allows it). Asserted for each; returned for the table."""
+    log = kubelet_log.read_text(errors="replace")
+    out = {}
+    for trial in trials:
+        name = trial["metadata"]["name"]
+        if statuses.get(name) == "Succeeded":
+            continue
+        cond = next(c for c in trial["status"]["conditions"]
+                    if c["type"] == "Failed" and c["status"] == "True")
+        faults = [r["fault"] for r in rows if name in r["trials_in_flight"]]
+        crashed = ("restarting failed container=metrics-logger-and-collector "
+                   f"pod={name}-launcher-") in log
+        out[name] = {"faults_in_flight": faults, "reason": cond["reason"],
+                     "collector_crash_looped": crashed}
+        assert statuses[name] == "Failed", (name, statuses[name])
+        assert "BackoffLimitExceeded" in cond["reason"] + cond["message"], (name, cond)
+        assert crashed, f"{name}: no collector restart in {kubelet_log}"
+        assert {"katib-db-manager", "katib-mysql"} & set(faults), (name, faults)
+    return out
+
+
+@pytest.mark.timeout(1800)
+def test_an_experiment_of_mpijob_trials_survives_ten_control_plane_and_katib_processes_sigkilled(
+        katib_cluster, katib_namespace, katib_trainer_image, tmp_path):
     from kubernetes import client
 
     ns, name = katib_namespace, f"faults-{katib_namespace[-5:]}"
     api = katib_cluster.api_client()
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     node = RealNode(katib_cluster.state_dir)
-    spec, state = tmp_path / "spec.yaml", tmp_path / "state"
-    spec.write_text(yaml.safe_dump(_spec(name, katib_base_image)))
+    shared, state = tmp_path / "pvc", tmp_path / "state"
+    shared.mkdir()
+    shared.chmod(0o777)  # the image's user (uid 1000) writes here
+    pv = hostpath_claim(core, ns, "fault-data", shared)
+    supervisor = katib_cluster.start_supervisor()
     started = time.time()
     tune = subprocess.Popen(
-        [*CHEXFLOW, "tune", str(spec), "--cluster", "--namespace", ns, "--state", str(state),
-         "--poll-interval", "3", "--timeout", "1800"],
+        [*CHEXFLOW, "tune", str(SPEC), "--cluster", "--namespace", ns, "--state", str(state),
+         "--poll-interval", "3", "--timeout", "1200", "--volume", "data=fault-data",
+         *tune_sets(name, katib_trainer_image)],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "KUBECONFIG": str(katib_cluster.kubeconfig)})
-    rows = []
+    rows, faulted = [], set()
     try:
-        deadline = time.monotonic() + 600
-        while not any((t.get("status") or {}).get("startTime")
-                      for t in _trials(custom, ns, name)):  # a trial runs: the sweep is on
-            assert tune.poll() is None and time.monotonic() < deadline, tune.poll()
-            time.sleep(1)
-        for fault in FAULTS:
-            flight = _in_flight(custom, ns, name)
-            killed_at = time.time()
-            running, ready, pod = _kill_and_recover(core, node, fault, ns, name)
-            rows.append({"fault": fault, "pod": pod, "at": killed_at,
-                         "running_again_after_s": round(running, 1),
-                         "ready_after_s": round(ready, 1), "trials_in_flight": flight})
+        for fault in FAULTS:  # each once a trial started since the previous fault runs mpirun
+            deadline = time.monotonic() + 600
+            while not (running := retry(lambda: _running(core, ns))) - faulted:
+                assert tune.poll() is None, f"the Experiment ended before the {fault} fault"
+                assert time.monotonic() < deadline, f"no new trial running for 600 s: {rows}"
+                time.sleep(0.5)
+            rows.append(_inject(katib_cluster, core, node, fault, ns, name))
+            faulted |= running
             assert tune.poll() is None, f"the Experiment ended during the {fault} fault: {rows}"
-            time.sleep(5)  # trials go on between two faults
-        out, _ = tune.communicate(timeout=1800)
+        out, _ = tune.communicate(timeout=1200)
     finally:
         if tune.poll() is None:
             tune.kill()
             tune.wait()
+        os.kill(supervisor, signal.SIGTERM)
+        os.waitpid(supervisor, 0)
+        core.delete_persistent_volume(pv)
     results = json.loads((state / "results.json").read_text())
     cond = results["condition"]
     assert tune.returncode == (0 if cond["type"] == "Succeeded" else 1), out
     assert cond["type"] == "Succeeded" or cond.get("message"), cond
+    counts = restarts(katib_cluster.state_dir)
+    assert all(counts[n] >= 1 for n in CONTROL_PLANE), counts
 
     # no trial lost or duplicated: the Trials are exactly the suggestions Katib's service gave
     suggestion = custom.get_namespaced_custom_object("kubeflow.org", "v1beta1", ns,
@@ -166,29 +238,39 @@ def test_an_experiment_survives_katibs_controller_db_manager_mysql_and_suggestio
                                    for a in t["spec"]["parameterAssignments"]} for t in trials}
     assert ran == given, (ran, given)
     assert len(ran) == TRIALS and len({v["lr"] for v in ran.values()}) == TRIALS
-    # no half-written result: each trial's observation log holds its reports, once each
+    assert {t["spec"]["runSpec"]["kind"] for t in trials} == {"MPIJob"}
+    # no half-written result: each trial's observation log holds its reports, once each, and
+    # each rank's file is whole; a Succeeded trial ran both ranks to the end
     logs = json.loads((state / "observation-logs.json").read_text())
     statuses = {t["trial"]: t["status"] for t in results["trials"]}
+    reports = [e / 10 for e in range(1, EPOCHS + 1)]
     for trial, status in statuses.items():
         values = [float(m["value"]) for m in logs[trial]["val_auroc"]]
+        files = sorted((shared / "runs" / trial).glob("rank-*.json"))
+        ranks = [json.loads(f.read_text()) for f in files]
+        assert all(r == {"rank": r["rank"], "size": RANKS, "reports": EPOCHS} for r in ranks)
         if status == "Succeeded":
-            assert values == [e / 10 for e in range(1, EPOCHS + 1)], (trial, values)
+            assert values == reports, (trial, values)
+            assert sorted(r["rank"] for r in ranks) == list(range(RANKS)), (trial, ranks)
         else:  # a report that did not reach db-manager: none, not a part
-            assert values in ([], [e / 10 for e in range(1, EPOCHS + 1)]), (trial, values)
+            assert values in ([], reports), (trial, status, values)
 
-    # seconds lost: the trials in flight at a fault against the trials no fault touched
-    took = {t["metadata"]["name"]: _stamp(t["status"].get("completionTime"))
-            - _stamp(t["metadata"]["creationTimestamp"]) for t in trials
-            if t["status"].get("completionTime")}
+    # seconds lost: the trials in flight while a process was down against the untouched ones
+    spans = {t["metadata"]["name"]: _span(t) for t in trials}
+    took = {n: e - s for n, (s, e) in spans.items()}
+    for row in rows:
+        down, up = row.pop("window")
+        row["trials_in_flight"] = sorted(n for n, (s, e) in spans.items()
+                                         if s <= up + 1 and e >= down - 1)
     touched = {n for r in rows for n in r["trials_in_flight"]}
     clean = [s for n, s in took.items() if n not in touched]
     assert clean, (took, rows)
+    median = statistics.median(clean)
     for row in rows:
-        row.pop("at")
         row["trials_ended"] = {n: statuses.get(n) for n in row["trials_in_flight"]}
-        row["seconds_lost"] = round(max((took[n] for n in row["trials_in_flight"] if n in took),
-                                        default=statistics.median(clean))
-                                    - statistics.median(clean), 1)
+        row["seconds_lost"] = round(max((took[n] for n in row["trials_in_flight"]),
+                                        default=median) - median, 1)
+    failed = _failed(trials, statuses, rows, katib_cluster.log_dir / "kubelet.log")
     table = TABLE if os.environ.get("CHEXFLOW_RECORD_FAULT_TABLE") == "1" else \
         tmp_path / "cluster-faults-katib.json"
     table.write_text(json.dumps({
@@ -196,11 +278,15 @@ def test_an_experiment_survives_katibs_controller_db_manager_mysql_and_suggestio
         "load_average_1m": round(os.getloadavg()[0], 1), "cores": os.cpu_count(),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
                                  capture_output=True, text=True).stdout.strip(),
-        "experiment": {"trials": f"{TRIALS} batch Job trials, {PARALLEL} in parallel, "
-                                 f"{EPOCHS} reports 3 s apart (StdOut collector)",
+        "experiment": {"trials": f"{TRIALS} MPIJob trials (kubeflow.org/v2beta1), {PARALLEL} in "
+                                 f"parallel: a launcher and one worker pod whose mpirun runs "
+                                 f"{RANKS} ranks of a shell loop; rank 0 prints {EPOCHS} reports "
+                                 "3 s apart (StdOut collector)",
+                       "spec": str(SPEC.relative_to(REPO_ROOT)),
                        "algorithm": "multivariate-tpe (chexflow.katib.services.server pod)",
                        "outcome": cond["type"], "reason": cond.get("reason"),
                        "seconds": round(time.time() - started),
                        "counts": results["counts"],
-                       "median_fault_free_trial_s": round(statistics.median(clean), 1)},
+                       "median_fault_free_trial_s": round(median, 1),
+                       "failed_trials": failed},
         "faults": rows}, indent=2) + "\n")
