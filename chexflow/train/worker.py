@@ -277,7 +277,7 @@ def _restore(out: Path, ckpt, hvd_tf) -> dict:
         try:
             ckpt.restore(str(path)).assert_existing_objects_matched()
         except AssertionError as e:  # e.g. a checkpoint of the new optimizers (before 2026-11-26)
-            first = str(e).strip().splitlines()[0][:200]
+            first = (str(e).strip().splitlines() or ["no detail"])[0][:200]
             raise RunError(f"{path}: does not match this run's model and optimizer ({first}); "
                            f"train into a new --out") from None
         return {**state, "restored_from": str(path)}
