@@ -6,11 +6,13 @@
 VENV := .venv
 DEMO_OUT ?= runs/demo
 PYTEST_ARGS ?=
-# Two pytest-xdist workers: the cluster tests (one group, one worker) beside the local ones.
+# Three pytest-xdist workers on a 2-core machine: the two cluster groups (katib, cluster) each on
+# one worker, the local groups beside them; their waits on controllers and pods leave a third of a
+# core idle with two workers (docs/tests.md#how-long-it-takes).
 # The groups go out longest first (tests/conftest.py orders them by the last run's seconds,
 # kept in CHEXFLOW_GROUP_SECONDS; --no-loadscope-reorder keeps xdist from re-sorting them by
 # their number of tests).
-PYTEST_WORKERS ?= 2
+PYTEST_WORKERS ?= 3
 export CHEXFLOW_GROUP_SECONDS ?= .cache/test-group-seconds.json
 # Each setup phase's time, printed at the end of `make test` (images/phase.sh; one file a run).
 ifndef CHEXFLOW_SETUP_TIMES
@@ -31,13 +33,20 @@ setup-system:
 setup-env: setup-system
 	$(PHASE) python-env images/install-trainer.sh $(VENV) --editable --with-control
 
-# The local Kubernetes control plane's binaries (chexflow/devcluster/build/build.sh; cached in ~/.cache/chexflow/k8s,
-# about 6 min cold on an idle 2-core machine, downloads included; nothing to do when cached) and the real node's
-# (build-node.sh: kubelet, CoreDNS, pause). The cluster tests need them. Then Katib's programs
-# (chexflow/devcluster/build/katib/build.sh, about 2 min cold) and its five images (chexflow/devcluster/katib_images.py).
+# What the cluster tests need, built before they start (each cached by content; nothing to do when cached):
+# - the Go programs (chexflow/devcluster/build/build.sh, cached in ~/.cache/chexflow/k8s): the control plane, the
+#   real node's (kubelet, CoreDNS, pause), Trainer and JobSet, Kueue, scheduler-plugins' Coscheduling;
+# - beside them, the images: Katib's five (its programs built first), then the trainer, launcher and
+#   early-stopping images (podman on a debootstrapped Debian base).
+# The two chains run at once: the image builds wait on downloads while the Go builds use the cores. Built
+# inside the tests instead, they ran one after another on the cluster tests' worker: 31 of the 57 min of a
+# cold run's tests (2026-11-26, docs/tests.md).
 setup-cluster: setup-system setup-env
-	$(PHASE) cluster-binaries $(VENV)/bin/chexflow cluster build --real-node
-	$(PHASE) katib-images $(VENV)/bin/chexflow images build katib
+	$(PHASE) cluster-binaries $(VENV)/bin/chexflow cluster build --real-node --trainer --kueue --coscheduling & \
+	binaries=$$!; \
+	$(PHASE) katib-images $(VENV)/bin/chexflow images build katib \
+	  && $(PHASE) trainer-images $(VENV)/bin/chexflow images build trainer launcher earlystopping; \
+	images=$$?; wait $$binaries && exit $$images
 
 # The trainer, launcher and Katib images, built with podman on a debootstrapped Debian base (cached by content
 # in ~/.cache/chexflow/images); the real-pod tests build what they need themselves.
