@@ -1,0 +1,25 @@
+"""images/phase.sh's records and the setup's wall clock that `make test` prints from them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from tests.conftest import REPO, _setup_wall
+
+
+def test_two_phases_side_by_side_count_once_in_the_setups_wall_clock(tmp_path):
+    times = tmp_path / "setup-times.tsv"
+    env = {**os.environ, "CHEXFLOW_SETUP_TIMES": str(times)}
+    phase = str(REPO / "images" / "phase.sh")
+    first = subprocess.Popen([phase, "short", "sleep", "0.5"], env=env)
+    subprocess.run([phase, "long", "sleep", "1.5"], env=env, check=True)
+    assert first.wait() == 0
+    failed = subprocess.run([phase, "failing", "false"], env=env)
+    assert failed.returncode == 1
+    rows = [line.split("\t") for line in times.read_text().splitlines()]
+    assert [(r[0], r[2]) for r in rows] == [("short", "0"), ("long", "0"), ("failing", "1")]
+    assert all(len(r) == 4 for r in rows)
+    wall = _setup_wall(rows)
+    assert 1.5 <= wall < 2.5  # the two sleeps overlapped; the sum would be over 2
+    assert _setup_wall([r[:3] for r in rows]) == sum(float(r[1]) for r in rows)  # older rows
