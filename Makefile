@@ -49,7 +49,8 @@ setup-cluster: setup-system setup-env
 	images=$$?; wait $$binaries && exit $$images
 
 # The trainer, launcher and Katib images, built with podman on a debootstrapped Debian base (cached by content
-# in ~/.cache/chexflow/images); the real-pod tests build what they need themselves.
+# in ~/.cache/chexflow/images); `make setup-cluster` builds those the tests run, and a cluster test run
+# alone builds what it needs.
 images: setup
 	$(VENV)/bin/chexflow images build
 
