@@ -8,9 +8,11 @@ root=$(dirname "$here")
 venv=${1:?usage: install-control.sh VENV [--editable|--install|--no-project]}
 mode=${2:---editable}
 python=${CHEXFLOW_PYTHON:-$(command -v python3.11 || command -v python3)}
+# shellcheck source=images/python.sh
+source "$here/python.sh"
 
 stamp="$venv/.chexflow-stamp"
-want=$(cat "$here/requirements-control.txt" "$0" | sha256sum | cut -c1-16)
+want=$(cat "$here/requirements-control.txt" "$0" "$here/python.sh" | sha256sum | cut -c1-16)
 # --install always (re)installs the project: images install the environment first, then the source.
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$mode" != --install ]; then
   echo "control environment $venv is up to date"
@@ -18,15 +20,14 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$mode" != --install 
 fi
 
 echo ">> control environment: $venv (python: $python)"
-"$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --upgrade "pip>=24" "setuptools>=70" wheel
-"$venv/bin/python" -m pip install --quiet -r "$here/requirements-control.txt"
+uv_venv "$venv" "$python"
+uv_install "$venv" "pip>=24" "setuptools>=70" wheel -r "$here/requirements-control.txt"
 # Katib's gRPC API messages (katib_api_pb2, for `chexflow katib-suggestion`) from the Katib SDK
 # wheel alone: its dependencies pin protobuf < 5, which kfp cannot share.
-"$venv/bin/python" -m pip install --quiet --no-deps kubeflow-katib==0.19.0
+uv_install "$venv" --no-deps kubeflow-katib==0.19.0
 case "$mode" in
-  --editable) "$venv/bin/python" -m pip install --quiet --no-deps -e "$root" ;;
-  --install) "$venv/bin/python" -m pip install --quiet --no-deps "$root" ;;
+  --editable) uv_install "$venv" --no-deps -e "$root" ;;
+  --install) uv_install "$venv" --no-deps "$root" ;;
   --no-project) ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac

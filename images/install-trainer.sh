@@ -39,21 +39,20 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$mode" != --install 
 fi
 
 echo ">> trainer environment: $venv (python: $python, $tf_package, mpi=$with_mpi, nccl=$with_nccl${with_control:+, with control})"
-"$python" -m venv "$venv"
+uv_venv "$venv" "$python"
 pip=("$venv/bin/python" -m pip)
-"${pip[@]}" install --quiet --upgrade "pip>=24" "setuptools>=70,<75" wheel
-"${pip[@]}" install --quiet "$tf_package" -r "$requirements" "${control[@]}"
+uv_install "$venv" "pip>=24" "setuptools>=70,<75" wheel "$tf_package" -r "$requirements" "${control[@]}"
 if [ -n "$keras_package" ]; then
   # tf-keras requires `tensorflow` by that name; tensorflow-cpu is the same TensorFlow without
   # CUDA (the full package logs a failed cuInit on every start without a GPU), so beside it
   # tf-keras goes in without that dependency, which would be a second TensorFlow over its files.
   nodeps=(); case "$tf_package" in tensorflow-cpu*) nodeps=(--no-deps) ;; esac
-  "${pip[@]}" install --quiet "${nodeps[@]}" "$keras_package"
+  uv_install "$venv" "${nodeps[@]}" "$keras_package"
 fi
 if [ "$with_control" = --with-control ]; then
   # Katib's gRPC API messages (katib_api_pb2) from the Katib SDK wheel alone: its dependencies
   # pin protobuf < 5, which kfp and TensorFlow 2.20 cannot share (install-control.sh does the same).
-  "${pip[@]}" install --quiet --no-deps kubeflow-katib==0.19.0
+  uv_install "$venv" --no-deps kubeflow-katib==0.19.0
 fi
 
 # Horovod compiles against the installed TensorFlow, so the built wheel is cached under a key
@@ -76,13 +75,13 @@ if ! ls "$wheels"/horovod-*.whl >/dev/null 2>&1; then
   "${pip[@]}" wheel --no-build-isolation --no-deps --no-cache-dir -w "$tmp/wheel" "$tmp/horovod-$horovod_version"
   mkdir -p "$wheels" && mv "$tmp"/wheel/horovod-*.whl "$wheels"/
 fi
-"${pip[@]}" install --quiet --no-deps --force-reinstall "$wheels"/horovod-*.whl
-# horovod's runtime dependencies (its wheel was installed without them)
-"${pip[@]}" install --quiet cloudpickle psutil pyyaml packaging
+# with horovod's runtime dependencies (its wheel goes in without them)
+uv_install "$venv" cloudpickle psutil pyyaml packaging
+uv_install "$venv" --no-deps --reinstall-package horovod "$wheels"/horovod-*.whl
 
 case "$mode" in
-  --editable) "${pip[@]}" install --quiet --no-deps -e "$root" ;;
-  --install) "${pip[@]}" install --quiet --no-deps "$root" ;;
+  --editable) uv_install "$venv" --no-deps -e "$root" ;;
+  --install) uv_install "$venv" --no-deps "$root" ;;
   --no-project) ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac

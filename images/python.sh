@@ -1,4 +1,5 @@
-# Sourced by the install scripts: `chexflow_python` prints the interpreter for a new environment.
+# Sourced by the install scripts: `chexflow_python` prints the interpreter for a new environment;
+# `uv_venv` and `uv_install` make it and install into it (below).
 # CHEXFLOW_PYTHON wins; then Python 3.12 (on PATH, or one pyenv installed), then 3.13 or 3.11
 # (CHEXFLOW_PYTHON_VERSIONS changes that order).
 # A pyenv shim that exists but is not selected fails when run, so each candidate is run once.
@@ -15,4 +16,22 @@ chexflow_python() {
   done
   echo "no Python 3.12, 3.13 or 3.11 found: install one, or set CHEXFLOW_PYTHON" >&2
   return 1
+}
+
+# `uv_venv VENV PYTHON` makes a virtual environment with uv in it; `uv_install VENV ARGS...` is
+# `uv pip install` into it. uv reinstalls `make setup`'s wheels in about 2 s from its cache (5 s
+# from the registry) where pip took about 60 s (2026-11-26, this 2-core machine). pip stays in the
+# environment: Horovod's sdist is built with it. pip's index, find-links and CA settings apply.
+UV_VERSION=0.13.9
+uv_venv() {
+  "$2" -m venv "$1"
+  "$1/bin/python" -m pip install --quiet "uv==$UV_VERSION"
+}
+uv_install() {
+  local venv=$1; shift
+  [ -n "${PIP_INDEX_URL:-}" ] && export UV_INDEX_URL=${UV_INDEX_URL:-$PIP_INDEX_URL}
+  [ -n "${PIP_EXTRA_INDEX_URL:-}" ] && export UV_EXTRA_INDEX_URL=${UV_EXTRA_INDEX_URL:-$PIP_EXTRA_INDEX_URL}
+  [ -n "${PIP_FIND_LINKS:-}" ] && [ -d "$PIP_FIND_LINKS" ] && export UV_FIND_LINKS=${UV_FIND_LINKS:-$PIP_FIND_LINKS}
+  [ -n "${PIP_CERT:-}" ] && export SSL_CERT_FILE=${SSL_CERT_FILE:-$PIP_CERT}
+  "$venv/bin/uv" pip install --quiet --native-tls --python "$venv/bin/python" "$@"
 }
