@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,7 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         path = Path(item.path).relative_to(REPO)
         if path.parts[:2] == ("tests", "cluster"):
             group = "katib" if "katib" in path.stem else "cluster"
-        elif {"densenet_run", "densenet_eval"} & set(item.fixturenames):
+        elif {"demo_run", "densenet_run", "densenet_eval"} & set(item.fixturenames):
             group = "densenet"
         else:
             group = path.stem
@@ -90,6 +93,48 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[_CPU_AT_START] = _cpu_seconds()
 
 
+_CPU_MARK = pytest.StashKey[float]()
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this pytest process and of the children it has waited for (the chexflow
+    commands and training ranks a local test starts; not a cluster's controllers or pods)."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                 resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_MARK] = _own_cpu()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Each phase's CPU seconds (setup, call, teardown) as the report's `cpu_seconds` property:
+    the terminal summary ranks tests by them (a session fixture's cost lands on its first user)."""
+    report = (yield).get_result()
+    if _CPU_MARK in item.stash:
+        now = _own_cpu()
+        report.user_properties.append(("cpu_seconds", now - item.stash[_CPU_MARK]))
+        item.stash[_CPU_MARK] = now
+
+
+def _cpu_by_test(terminalreporter, shown: int = 25) -> None:
+    """The tests that used the most CPU (their own processes'), and all tests' sum."""
+    cpu: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == "cpu_seconds" and isinstance(rep, pytest.TestReport):
+                    cpu[rep.nodeid] = cpu.get(rep.nodeid, 0.0) + value
+    if not cpu:
+        return
+    terminalreporter.section("CPU by test (its own processes; cluster controllers not counted)")
+    for nodeid, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])[:shown]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {nodeid}")
+    terminalreporter.write_line(f"{sum(cpu.values()):8.1f} s  all {len(cpu)} tests")
+
+
 def _cpu_use(terminalreporter, config: pytest.Config) -> None:
     """How busy the machine's cores were over the run: near 100% means the suite is CPU-bound
     (only removing work shortens it); idle cores mean tests wait, and more workers would help."""
@@ -109,6 +154,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     them to $CHEXFLOW_SETUP_TIMES), so a cold run shows where its minutes went."""
     _group_times(terminalreporter)
     _cpu_use(terminalreporter, config)
+    _cpu_by_test(terminalreporter)
     path = Path(os.environ.get("CHEXFLOW_SETUP_TIMES", ""))
     if not path.name or not path.is_file():
         return
@@ -208,29 +254,47 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
 
-# Training on nih_tfrecords: DenseNet-121 with 2 Horovod workers (CheXNet recipe, 64 px).
-E2E_TRAIN = ("--model", "densenet121", "--workers", 2, "--epochs", 6, "--batch-size", 16,
-             "--lr", 1e-3, "--image-size", 64, "--seed", 0)
+def demo_recipe(out) -> list[str]:
+    """The demo target's own command, as make would run it with DEMO_OUT=out (`make -n`
+    prints the setup recipes first and the demo's last; run from `make test`, the outer make's
+    flags are left out so no "Entering/Leaving directory" lines are printed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    proc = subprocess.run(["make", "--no-print-directory", "-n", "demo", f"DEMO_OUT={out}"],
+                          cwd=REPO, capture_output=True, text=True, check=True, env=env)
+    return shlex.split(proc.stdout.strip().splitlines()[-1])
+
+
+def run_demo(argv: list[str], out: Path) -> tuple[dict, str]:
+    """Run a demo command line; (its summary.json, its stdout)."""
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=2400)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    (run_dir,) = out.glob("chexnet-train-*")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["test_wall_seconds"] = time.monotonic() - started
+    return summary, proc.stdout
 
 
 @pytest.fixture(scope="session")
-def e2e_options():
-    """The e2e training options for a data folder and an --out (used by the shuffled control)."""
-    return lambda data, out: ("--data", data, "--out", out, *E2E_TRAIN)
+def demo_run(tmp_path_factory) -> tuple[dict, str, Path]:
+    """What `make demo` runs once set up (seed 0), run once: (its summary.json, its stdout, its
+    --out). Its training and evaluation are also the suite's trained DenseNet-121."""
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    summary, stdout = run_demo(demo_recipe(out), out)
+    return summary, stdout, out
 
 
 @pytest.fixture(scope="session")
-def densenet_run(nih_tfrecords: Path, tmp_path_factory) -> Path:
-    """`chexflow train` output folder (metrics.json, best_model.keras, ...)."""
-    out = tmp_path_factory.mktemp("densenet") / "run"
-    run_chexflow("train", "--data", nih_tfrecords, "--out", out, *E2E_TRAIN)
-    return out
+def densenet_run(demo_run) -> Path:
+    """The demo's `chexflow train` folder (metrics.json, best_model.keras, ...): DenseNet-121,
+    2 Horovod workers, 6 epochs on 400 generated 64 px images."""
+    (run,) = Path(demo_run[0]["work_dir"]).glob("*/train-w2")
+    return run
 
 
 @pytest.fixture(scope="session")
-def densenet_eval(densenet_run: Path, nih_tfrecords: Path, tmp_path_factory) -> Path:
-    """`chexflow evaluate` of densenet_run on the test split (auroc.json, roc.png, ...)."""
-    out = tmp_path_factory.mktemp("densenet-eval") / "test"
-    run_chexflow("evaluate", "--data", nih_tfrecords, "--model", densenet_run, "--split", "test",
-                 "--out", out, "--bootstrap", 500)
-    return out
+def densenet_eval(demo_run) -> Path:
+    """The demo's `chexflow evaluate` of densenet_run on the test split (auroc.json, roc.png,
+    ...)."""
+    (evaluation,) = Path(demo_run[0]["work_dir"]).glob("*/evaluate")
+    return evaluation

@@ -4,45 +4,20 @@ so in a short, quiet output."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import demo_recipe, run_demo
 
 pytestmark = [pytest.mark.trainer, pytest.mark.slow]
-
-
-def demo_recipe(out) -> list[str]:
-    """The demo target's own command, as make would run it with DEMO_OUT=out (`make -n`
-    prints the setup recipes first and the demo's last; run from `make test`, the outer make's
-    flags are left out so no "Entering/Leaving directory" lines are printed)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    proc = subprocess.run(["make", "--no-print-directory", "-n", "demo", f"DEMO_OUT={out}"],
-                          cwd=REPO, capture_output=True, text=True, check=True, env=env)
-    return shlex.split(proc.stdout.strip().splitlines()[-1])
 
 
 # The demo's bar: mean test AUROC on the generated data for each of these seeds (issue 28).
 DEMO_BAR, DEMO_SEEDS = 0.95, (0, 1, 2)
 # Validation AUROC (35-40 images) may dip by this much from its best so far, no more.
 VAL_DIP = 0.03
-
-
-def run_demo(argv: list[str], out: Path) -> tuple[dict, str]:
-    """Run a demo command line; (its summary.json, its stdout)."""
-    started = time.monotonic()
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=2400)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    (run_dir,) = out.glob("chexnet-train-*")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    summary["test_wall_seconds"] = time.monotonic() - started
-    return summary, proc.stdout
 
 
 def check_learned(summary: dict) -> None:
@@ -61,14 +36,14 @@ def check_learned(summary: dict) -> None:
     assert lrs[-1] < lrs[1] / 10, lrs
 
 
-def test_make_demo_learns_quietly_with_seed_0(tmp_path):
-    """Runs exactly what `make demo` runs once set up (seed 0: generated data and training).
+def test_make_demo_learns_quietly_with_seed_0(demo_run):
+    """Runs exactly what `make demo` runs once set up (seed 0: generated data and training; the
+    session's demo_run, whose model the evaluation and training tests also use).
     Measured 2026-11-25 on 2 cores shared with other jobs (load 5-10): mean test AUROC 1.000,
     val AUROC 0.700 0.807 0.891 0.943 0.980 0.998; 188 s of pipeline (training 150 s: start-up
     19 s, first step 50 s, then 35 images/s)."""
-    argv = demo_recipe(tmp_path / "demo")
-    assert argv[1:] == ["run", "chexnet-train", "--out", str(tmp_path / "demo")]
-    summary, stdout = run_demo(argv, tmp_path / "demo")
+    summary, stdout, out = demo_run
+    assert demo_recipe(out)[1:] == ["run", "chexnet-train", "--out", str(out)]
     check_learned(summary)
     auroc = summary["tasks"]["evaluate-op"]["artifacts"]["metrics"]["metadata"]
     lines = stdout.rstrip("\n").split("\n")
@@ -82,7 +57,7 @@ def test_make_demo_learns_quietly_with_seed_0(tmp_path):
             f"{train['wall_seconds']:.0f} s in all, of which warm-up "
             f"{train['startup_seconds']:.0f} s start-up and {train['first_step_seconds']:.0f} s "
             "first step (building the training graph)") in stdout
-    check_pipeline_run(tmp_path / "demo", summary, stdout)
+    check_pipeline_run(out, summary, stdout)
 
 
 @pytest.mark.parametrize("seed", [s for s in DEMO_SEEDS if s != 0])
