@@ -1,7 +1,10 @@
 """End to end: chexflow's own Katib spec run locally; each trial is the MPIJob launcher's
 `mpirun -np 2 python -m chexflow.train.worker ...` run as horovodrun with 2 local workers in the
-trainer environment, on generated data (tiny: 2 trials, 1 epoch, 3 steps, 2 timed, 64 px); the
-trials' TensorBoard events read with Katib's TensorFlowEvent tag semantics."""
+trainer environment, on generated data (tiny: 1 trial, 1 epoch, 3 steps, 2 timed, 64 px); the
+trial's TensorBoard events read with Katib's TensorFlowEvent tag semantics. One trial: a second
+(TPE's next suggestion) would train again what the local tune-then-train pipeline test's two
+trials already show on the chexnet-random spec, and TPE's suggestions are tested on trivial
+trials (test_katib_algorithms.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ def test_chexnet_spec_runs_locally_with_chexflow_train_trials(nih_tfrecords: Pat
     state = tmp_path / "sweep"
     proc = run_chexflow(
         "tune", SPEC, "--local", "--state", state, "--no-progress",
-        "--set", "spec.maxTrialCount=2", "--set", "spec.parallelTrialCount=1",
+        "--set", "spec.maxTrialCount=1", "--set", "spec.parallelTrialCount=1",
         "--set", "spec.maxFailedTrialCount=1",
         "--trial-arg", f"data={nih_tfrecords}", "--trial-arg", "weights=none",
         "--trial-arg", "epochs=1", "--trial-arg", "image-size=64",
@@ -31,7 +34,7 @@ def test_chexnet_spec_runs_locally_with_chexflow_train_trials(nih_tfrecords: Pat
     )
     res = read_json(state / "results.json")
     assert res["condition"]["reason"] == "ExperimentMaxTrialsReached", proc.stdout
-    assert [t["status"] for t in res["trials"]] == ["Succeeded", "Succeeded"]
+    assert [t["status"] for t in res["trials"]] == ["Succeeded"]
     for t in res["trials"]:
         assert 0.0 <= t["val_auroc"] <= 1.0 and t["images_per_sec"] > 0
         assert t["optimizer"] in ("adam", "sgd") and t["batch-size"] in (8, 16, 32)
