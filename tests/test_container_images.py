@@ -62,12 +62,16 @@ def test_trainer_image_cuda_base_matches_tensorflow_2_20():
     df = parse("trainer")
     # TensorFlow 2.20 was built against CUDA 12.5 and cuDNN 9.3: a CUDA 12.5 devel image with
     # cuDNN (devel: nvcc and nccl.h for Horovod's NCCL build) on Ubuntu 24.04, whose Python is 3.12.
-    assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-cudnn-devel-ubuntu24\.04", df.baseimage)
+    # the build stage on the devel image (nvcc, nccl.h), the image on the same release's runtime
+    build, runtime = df.parent_images
+    assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-cudnn-devel-ubuntu24\.04", build)
+    assert runtime == build.replace("-devel-", "-runtime-") == df.baseimage
     assert df.args["PYTHON_VERSION"] == "3.12"
-    # the base is a build argument (e.g. an NGC or mirrored CUDA image)
-    other = DockerfileParser(path=df.dockerfile_path, build_args={"CUDA_IMAGE": "mirror/cuda:x"})
-    assert other.baseimage == "mirror/cuda:x"
-    assert df.args["TF_PACKAGE"] == "tensorflow[and-cuda]==2.20.0"
+    # the bases are build arguments (e.g. an NGC or mirrored CUDA image)
+    other = DockerfileParser(path=df.dockerfile_path, build_args={
+        "CUDA_IMAGE": "mirror/cuda:x", "RUNTIME_IMAGE": "mirror/cuda:y"})
+    assert other.parent_images == ["mirror/cuda:x", "mirror/cuda:y"]
+    assert 'ARG TF_PACKAGE="tensorflow[and-cuda]==2.20.0"' in df.content  # the build stage's
 
 
 def test_trainer_image_installs_with_the_trainer_script():
@@ -77,12 +81,17 @@ def test_trainer_image_installs_with_the_trainer_script():
     # environment first (cached layer), then the project itself, both with the GPU TensorFlow
     assert len(install) == 2
     assert install[0].rstrip().endswith("--no-project")
-    assert install[1].rstrip().endswith("--install")
+    assert "install-trainer.sh /opt/chexflow/venv --install" in install[1]
     assert all('TF_PACKAGE="${TF_PACKAGE}"' in r for r in install)
-    apt = next(r for r in runs if "apt-get install" in r)
+    build_apt, runtime_apt = (r for r in runs if "apt-get install" in r)
     for pkg in ("python${PYTHON_VERSION}-venv", "python${PYTHON_VERSION}-dev", "libopenmpi-dev",
                 "openmpi-bin", "openssh-server", "openssh-client", "cmake"):
-        assert re.search(rf"\b{re.escape(pkg)}\b", apt), pkg
+        assert re.search(rf"\b{re.escape(pkg)}\b", build_apt), pkg
+    # the image itself: the environment built in the first stage, no compiler or headers
+    for pkg in ("python${PYTHON_VERSION}", "openmpi-bin", "openssh-server", "openssh-client"):
+        assert re.search(rf"(^|\s){re.escape(pkg)}(\s|$)", runtime_apt), pkg
+    assert not re.search(r"-dev\b|build-essential|cmake", runtime_apt)
+    assert "--from=build /opt/chexflow /opt/chexflow" in instructions(df, "COPY")
     # the script, what it sources, its pinned requirements and Horovod's patch are what is
     # copied in before the first install
     first_copy = instructions(df, "COPY")[0].split()

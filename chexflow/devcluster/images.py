@@ -38,7 +38,8 @@ from chexflow.errors import ChexflowError
 LOCAL_REGISTRY = "chexflow.local"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-BASE_ARG = {"trainer": "CUDA_IMAGE", "launcher": "PYTHON_IMAGE"}
+# the build arguments naming a Dockerfile's bases (the trainer's build and runtime stages)
+BASE_ARGS = {"trainer": ("CUDA_IMAGE", "RUNTIME_IMAGE"), "launcher": ("PYTHON_IMAGE",)}
 # bookworm has Python 3.11; the CUDA image (Ubuntu 24.04) and the local environment use 3.12
 EXTRA_ARGS = {"trainer": {"TF_PACKAGE": "tensorflow-cpu==2.20.0", "PYTHON_VERSION": "3.11"},
               "launcher": {}}
@@ -206,7 +207,7 @@ def _build_image(name: str, root: Path) -> BuiltImage:
     if name not in DOCKERFILES:
         raise ImageBuildError(f"unknown image {name!r}: expected one of {', '.join(IMAGE_NAMES)}")
     start = time.monotonic()
-    args = {BASE_ARG[name]: base_ref(), **EXTRA_ARGS[name]}
+    args = {**dict.fromkeys(BASE_ARGS[name], base_ref()), **EXTRA_ARGS[name]}
     key = content_key(name, args, root)
     archive = cache_root() / "images" / f"{name}-{key}.tar"
     if archive.exists():
