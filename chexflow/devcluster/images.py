@@ -291,7 +291,7 @@ def _podman_build(name: str, key: str, dockerfile: Path, context: Path, args: di
 
 def _drop_older_builds(podman: Podman, name: str, ref: str) -> None:
     """Remove the other tags of `chexflow.local/<name>` from podman's storage, and the layers
-    only they used (a trainer build is ~3 GB; the archive of the newest is the cache)."""
+    only they used (a trainer build is ~2 GB; the archive of the newest is the cache)."""
     try:
         listed = podman.run("images", "--format", "{{.Repository}}:{{.Tag}}",
                             f"{LOCAL_REGISTRY}/{name}", quiet=True).stdout.split()
