@@ -34,8 +34,10 @@ def is_rank(pid: int) -> bool:
 
 
 def left_of(token: str) -> list[str]:
-    """The run's processes still alive, as `PID CMDLINE` (a zombie has no environment left)."""
-    return [f"{pid} {' '.join(argv_of(pid)).splitlines()[0][:160]}" for pid in marked(MARK, token)]
+    """The run's processes still alive, as `PID CMDLINE`. A zombie has no environment and no
+    command line left: one that exited between `marked` and the read of its argv is skipped."""
+    alive = ((pid, " ".join(argv_of(pid)).strip()) for pid in marked(MARK, token))
+    return [f"{pid} {argv.splitlines()[0][:160]}" for pid, argv in alive if argv]
 
 
 def start_training_run(tmp_path: Path, data: Path, token: str) -> subprocess.Popen:
