@@ -159,11 +159,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not path.name or not path.is_file():
         return
     rows = [line.split("\t") for line in path.read_text().splitlines()
-            if line.count("\t") in (2, 3)]
+            if line.count("\t") in (2, 3, 4)]
     terminalreporter.section("setup phases (make test)")
-    for name, seconds, code, *_ in rows:
+    for name, seconds, code, *rest in rows:
         failed = "" if code == "0" else f"  (exit {code})"
-        terminalreporter.write_line(f"{float(seconds):8.1f} s  {name}{failed}")
+        # the machine's busy core-seconds meanwhile (phases side by side share them)
+        busy = f"  ({float(rest[1]):.0f} core-s busy)" if len(rest) > 1 else ""
+        terminalreporter.write_line(f"{float(seconds):8.1f} s  {name}{busy}{failed}")
     terminalreporter.write_line(f"{_setup_wall(rows):8.1f} s  setup in all (wall clock)")
 
 
