@@ -1,6 +1,7 @@
 """Evaluation under bad input (issue 18): numeric options range-checked in one line, a model
 refused on data with other class names or another image size (from the model's run record),
-one evaluation per --out folder, and no evaluation of a split without images."""
+one evaluation per --out folder, no evaluation of a split without images, and a model file
+Keras cannot load named in one line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -246,3 +248,19 @@ def test_bare_model_file_carries_its_classes_and_another_order_is_refused(
         f"evaluate it on data preprocessed from the same dataset format"]
     assert not (tmp_path / "ev").exists()
     _evaluate(nih32, bare, tmp_path / "ev").check_returncode()  # Keras loads it as before
+
+
+@pytest.mark.trainer
+def test_keras_file_without_its_weights_is_one_line(tiny_run, nih32, tmp_path):
+    broken = tmp_path / "broken.keras"  # a zip Keras wrote, less its weights member
+    with zipfile.ZipFile(tiny_run / "best_model.keras") as zin, \
+            zipfile.ZipFile(broken, "w") as zout:
+        for member in zin.infolist():
+            if member.filename != "model.weights.h5":
+                zout.writestr(member, zin.read(member))
+    proc = _evaluate(nih32, broken, tmp_path / "ev")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1:] == [
+        f"chexflow evaluate: error: --model {broken}: not a Keras model chexflow can load "
+        f"(KeyError: \"There is no item named 'model.weights.h5' in the archive\")"]
+    assert "Traceback" not in proc.stderr and not (tmp_path / "ev").exists()

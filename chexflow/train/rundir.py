@@ -22,7 +22,8 @@ RUN_FILE = "run.json"
 # The classes of a model's outputs, in order, and its image size travel inside best_model.keras
 # (a zip file), so that they go with the model when it is copied alone: under this key of the
 # metadata.json Keras writes there. Files written before 2026-11-25 hold them in a member of
-# their own, LEGACY_MODEL_INFO, which tf-keras on Python 3.12.1 cannot read past (load_model).
+# their own, LEGACY_MODEL_INFO (which keras.models.load_model cannot read past; chexflow's
+# models.load_model can).
 MODEL_INFO = "metadata.json:chexflow"
 KERAS_METADATA = "metadata.json"
 LEGACY_MODEL_INFO = "chexflow.json"
@@ -84,19 +85,6 @@ def model_info(model: Path) -> dict | None:
             return json.loads(zf.read(KERAS_METADATA)).get("chexflow")
     except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile):
         return None
-
-
-def without_legacy_model_info(model: Path, folder: Path) -> Path:
-    """`model`, or a copy in `folder` without its LEGACY_MODEL_INFO member (what Keras wrote)."""
-    try:
-        with zipfile.ZipFile(model) as zf:
-            if LEGACY_MODEL_INFO not in zf.namelist():
-                return model
-        copy = folder / model.name
-        _copy_zip(model, copy, lambda name, data: None if name == LEGACY_MODEL_INFO else data)
-        return copy
-    except (OSError, zipfile.BadZipFile):
-        return model
 
 
 def check_options(args: argparse.Namespace) -> None:
