@@ -9,6 +9,8 @@ from pathlib import Path
 from chexflow.errors import ChexflowError
 
 REJECTED_FIELDS = ("source_file", "source_row", "image", "reason")
+# the splits preprocess writes, by patient
+SPLITS = ("train", "val", "test")
 
 # TFRecord feature keys: one tf.train.Example per image.
 # image: raw uint8 greyscale pixels, height*width bytes (decoded once at preprocessing time so

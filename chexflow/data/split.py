@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from chexflow.data import faults
-from chexflow.data.records import DataError, Record, Rejection
+from chexflow.data.records import SPLITS, DataError, Record, Rejection
 
-SPLITS = ("train", "val", "test")
 NIH_LIST_FILES = ("train_val_list.txt", "test_list.txt")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from chexflow.data.split import SPLITS
+from chexflow.data.records import SPLITS  # not .split: numpy and PIL on every start
 
 
 def register(sub: argparse._SubParsersAction) -> None:
