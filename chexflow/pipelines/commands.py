@@ -59,11 +59,13 @@ def add_pipeline_options(r: argparse.ArgumentParser) -> None:
     g = r.add_argument_group(
         "pipeline parameters", "default: the local run's small settings, where it has one, "
         "else the pipeline's own (the cluster default)")
-    for param, by_pipeline in run_parameters().items():
+    by_param = run_parameters()  # each definition file parsed once, not once per option
+    local_defaults = {name: run_defaults(name) for name in pipeline_names()}
+    for param, by_pipeline in by_param.items():
         first = next(iter(by_pipeline.values()))
         parts = []
         for pipeline, p in by_pipeline.items():
-            local = run_defaults(pipeline).get(param)
+            local = local_defaults[pipeline].get(param)
             shown = "required" if p.required else f"default {p.default}"
             shown += f", locally {local}" if local is not None and local != p.default else ""
             parts.append(f"{pipeline} ({shown})")
