@@ -251,6 +251,7 @@ def test_bare_model_file_carries_its_classes_and_another_order_is_refused(
 
 
 @pytest.mark.trainer
+@pytest.mark.slow
 def test_keras_file_without_its_weights_is_one_line(tiny_run, nih32, tmp_path):
     broken = tmp_path / "broken.keras"  # a zip Keras wrote, less its weights member
     with zipfile.ZipFile(tiny_run / "best_model.keras") as zin, \
