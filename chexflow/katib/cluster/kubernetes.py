@@ -46,7 +46,7 @@ from chexflow.jobs.signals import Terminated, ignore_sigterm, sigterm_raises
 from chexflow.katib.experiment.model import Experiment
 from chexflow.katib.experiment.spec import SpecError, parse_experiment
 from chexflow.katib.experiment.templates import describe, inline, not_found
-from chexflow.katib.experiment.trialspec import override_args, primary_container
+from chexflow.katib.experiment.trialspec import override_args, primary_container, volume_names
 from chexflow.katib.local.results import optimal_entry, trial_line, write_results
 from chexflow.katib.local.state import COMPLETED, STATE_FILE, TrialRecord
 from chexflow.kube import api_message, finished_condition, is_transient, load_api_client
@@ -153,7 +153,7 @@ def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[
     for name, claim in claims.items():
         found = [v for pod in pods for v in pod.get("volumes") or [] if v.get("name") == name]
         if not found:
-            have = sorted({v.get("name") for pod in pods for v in pod.get("volumes") or []})
+            have = volume_names(pods)
             raise ClusterError(f"{head}--volume {name}={claim}: spec.trialTemplate.trialSpec has "
                                f"no volume {name!r} (its volumes: {', '.join(have) or 'none'})")
         for volume in found:

@@ -13,8 +13,10 @@ Katib accepts passes here.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import yaml
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.earlystopping.medianstop import validate_early_stopping
+from chexflow.katib.experiment import yamltext
 from chexflow.katib.experiment.batchjob import unknown_fields
 from chexflow.katib.experiment.fields import check_path
 from chexflow.katib.experiment.model import (
@@ -36,6 +39,7 @@ from chexflow.katib.experiment.model import (
     Parameter,
 )
 from chexflow.katib.experiment.templates import TRIAL_SPEC_PATH, resolve
+from chexflow.katib.experiment.trialspec import trailing_newline
 from chexflow.katib.suggestions.validation import validate_algorithm
 
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -133,7 +137,7 @@ def load_experiment(path: Path | str, overrides: list[str] | None = None,
     a ConfigMap template is read from `trial_templates` or beside the spec (templates.py)."""
     path = Path(path)
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d is not None]
+        docs = yamltext.load_all(path.read_text(encoding="utf-8"))
     except FileNotFoundError as e:
         raise SpecError(f"{path}: no such file") from e
     except IsADirectoryError as e:
@@ -144,7 +148,7 @@ def load_experiment(path: Path | str, overrides: list[str] | None = None,
         raise SpecError(f"{path}: not UTF-8 text (byte {e.start}); expected an Experiment "
                         "YAML file") from e
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from e
+        raise SpecError(f"{path}: {yamltext.problem(e)}") from None
     exps = [d for d in docs if isinstance(d, dict) and d.get("kind") == "Experiment"]
     if len(exps) != 1:
         raise SpecError(f"{path}: expected one document of kind Experiment, found {len(exps)}")
@@ -167,11 +171,14 @@ def apply_override(raw: dict, item: str, source: str = "") -> None:
     if not sep or not key:
         raise SpecError(f"--set {item!r}: expected PATH=VALUE, e.g. spec.maxTrialCount=4")
     try:
-        value = yaml.safe_load(text)
+        value = yamltext.load(text)
+    except yamltext.DuplicateKey as e:
+        raise SpecError(f"--set {item!r}: {e.text()}") from None
     except yaml.YAMLError as e:
+        quoted = shlex.quote(json.dumps(text, ensure_ascii=False))  # a YAML string, for sh
         raise SpecError(f"--set {item!r}: the value is not valid YAML "
                         f"({str(e).splitlines()[0]}); quote it as a string, e.g. "
-                        f"{key}='\"{text}\"'") from None
+                        f"{key}={quoted}") from None
     tokens = re.findall(r"[^.\[\]]+|\[\d+\]", key)
     problem = check_path(tokens)
     if problem:
@@ -323,6 +330,8 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
     if early_stopping:
         for path, msg in validate_early_stopping(exp):
             errors.add(path, msg)
+    if not errors.items and (newline := trailing_newline(exp)) is not None:
+        errors.add(*newline)  # stricter than Katib, which runs it and loses the metrics
     errors.raise_if_any()
     return exp
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from chexflow.errors import ChexflowError
+from chexflow.katib.experiment import yamltext
 from chexflow.katib.experiment.model import ConfigMapTemplate
 
 TEMPLATES_FILE = "trial-templates.yaml"
@@ -48,9 +49,11 @@ def not_found(ref: dict, files: list[Path]) -> str:
 
 def _documents(file: Path) -> list:
     try:
-        return [d for d in yaml.safe_load_all(file.read_text()) if d is not None]
+        return yamltext.load_all(file.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise TemplateError(f"{file}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise TemplateError(f"{file}: {yamltext.problem(e)}") from None
+    except UnicodeDecodeError as e:
+        raise TemplateError(f"{file}: not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise TemplateError(f"{file}: {e.strerror}") from None
 
@@ -74,15 +77,40 @@ def read_config_map(ref: dict, files: list[Path]) -> ConfigMapTemplate | None:
                                     f"{', '.join(sorted(data)) or 'none'}); Katib would refuse "
                                     "the Experiment: unable to find trial template in ConfigMap")
             try:
-                spec = yaml.safe_load(str(data[key]))
+                spec = yamltext.load(str(data[key]))
             except yaml.YAMLError as e:
-                raise TemplateError(f"{file}: {describe(ref)}: not valid YAML "
-                                    f"({str(e).splitlines()[0]})") from None
+                above = _lines_above_template(file, name, key)
+                raise TemplateError(f"{file}: {describe(ref)}: "
+                                    f"{'' if above is not None else 'in its template, '}"
+                                    f"{yamltext.problem(e, above or 0)}") from None
             if not isinstance(spec, dict):
                 raise TemplateError(f"{file}: {describe(ref)}: expected a mapping (a trial "
                                     "resource such as an MPIJob)")
             return ConfigMapTemplate(name, namespace, key, file, doc, spec)
     return None
+
+
+def _lines_above_template(file: Path, name: str, key: str) -> int | None:
+    """How many lines of the file come before ConfigMap `name`'s data[key], when that is a
+    literal block (`key: |`), whose lines are the file's; None for another style."""
+    for doc in yaml.compose_all(file.read_text(encoding="utf-8"), Loader=yaml.SafeLoader):
+        fields = _node_fields(doc)
+        meta = _node_fields(fields.get("metadata"))
+        name_node = meta.get("name")
+        if getattr(fields.get("kind"), "value", None) != "ConfigMap" or \
+                getattr(name_node, "value", None) != name:
+            continue
+        node = _node_fields(fields.get("data")).get(key)
+        if isinstance(node, yaml.ScalarNode) and node.style == "|":
+            return node.start_mark.line + 1
+    return None
+
+
+def _node_fields(node) -> dict:
+    """A mapping node's values by their (scalar) keys; {} for any other node."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
 
 
 def inline(raw: dict, template: ConfigMapTemplate) -> None:

@@ -209,10 +209,23 @@ def primary_container(exp: Experiment, spec: dict) -> tuple[dict, list[dict]]:
     )
 
 
+def volume_names(pods: list[dict]) -> list[str]:
+    """The names of the volumes the trial's pods declare, sorted."""
+    return sorted({str(v.get("name")) for pod in pods for v in pod.get("volumes") or []
+                   if isinstance(v, dict) and v.get("name")})
+
+
+def written_volumes(pods: list[dict]) -> set[str]:
+    """The volumes some container mounts without `readOnly: true` (a trial may write there)."""
+    return {str(m.get("name")) for pod in pods for c in pod.get("containers") or []
+            for m in c.get("volumeMounts") or [] if not m.get("readOnly")}
+
+
 def volume_mounts(
-    pods: list[dict], volumes: dict[str, Path], default_root: Path
+    pods: list[dict], volumes: dict[str, Path], default_root: Path, create: bool = True
 ) -> dict[str, Path]:
-    """mountPath -> local folder: --volume NAME=DIR, else DEFAULT_ROOT/NAME (created)."""
+    """mountPath -> local folder: --volume NAME=DIR, else DEFAULT_ROOT/NAME (made when
+    `create`)."""
     out: dict[str, Path] = {}
     for pod in pods:
         for c in pod.get("containers", []):
@@ -223,7 +236,8 @@ def volume_mounts(
                 local = volumes.get(vname)
                 if local is None:
                     local = default_root / vname
-                    local.mkdir(parents=True, exist_ok=True)
+                    if create:
+                        local.mkdir(parents=True, exist_ok=True)
                 out[mpath.rstrip("/") or "/"] = Path(local).resolve()
     return out
 
@@ -254,11 +268,86 @@ def _whole_path(path: str, below: bool) -> str:
     return head + (r"(?![\w.~-])" if below else r"/?(?![\w.~/-])")
 
 
-def map_path_in_text(text: str, container: str, local: Path, below: bool = True) -> str:
-    """Rewrite `container` in a shell command line (or one argument) where it is a whole path
-    (`/katib`, `--out=/katib`, with `below` also `/katib/x`), not part of another
+PathMaps = list[tuple[str, "Path | str", bool]]  # (container path, local path, paths below too)
+
+
+def _paths_regex(maps: PathMaps) -> re.Pattern:
+    """One regex for every container path of `maps` as a whole path, the longest first, so
+    that each place is rewritten once (group `pN` names the map)."""
+    order = sorted(range(len(maps)), key=lambda i: -len(maps[i][0]))
+    return re.compile("|".join(f"(?P<p{i}>{_whole_path(maps[i][0], maps[i][2])})"
+                               for i in order))
+
+
+def map_paths_in_word(word: str, maps: PathMaps) -> str:
+    """Rewrite container paths in one argument run as it is (no shell reads it): where a path
+    stands whole (`/katib`, `--out=/katib`, and with `below` `/katib/x`), not inside another
     (`/katib-data/x`, `a/katib`)."""
-    return re.sub(_whole_path(container, below), lambda _: str(local), text)
+    if not maps:
+        return word
+    return _paths_regex(maps).sub(lambda m: str(maps[int(m.lastgroup[1:])][1]), word)
+
+
+def map_paths_in_shell(script: str, maps: PathMaps) -> str:
+    """Rewrite container paths in a shell script (`sh -c SCRIPT`, `--trial-command`), each local
+    path quoted for the shell where the container path stands: unquoted, inside '...' or
+    inside "..." (a local folder with a space or a quote stays one path)."""
+    if not maps:
+        return script
+    contexts = _quote_contexts(script)
+
+    def repl(m: re.Match) -> str:
+        local = str(maps[int(m.lastgroup[1:])][1])
+        quoted = shlex.quote(local)
+        context = contexts[m.start()]
+        if context == "'":
+            return local if quoted == local else f"'{quoted}'"
+        if context == '"':
+            return re.sub(r'([\\"$`])', r"\\\1", local)
+        return quoted
+
+    return _paths_regex(maps).sub(repl, script)
+
+
+def _quote_contexts(script: str) -> list[str]:
+    """For each character of a POSIX shell script, the quotes it stands in: "'", '"' or ""
+    (unquoted, also inside `$(...)` or backquotes within double quotes)."""
+    stack, out, i = [""], [], 0
+    while i < len(script):
+        ch, top = script[i], stack[-1]
+        out.append("'" if top == "'" else '"' if top == '"' else "")
+        if top == "'":
+            if ch == "'":
+                stack.pop()
+        elif ch == "\\" and i + 1 < len(script):
+            out.append(out[-1])
+            i += 1
+        elif ch == "#" and top in ("", "(") and (i == 0 or script[i - 1] in " \t\n;&|()"):
+            end = script.find("\n", i)  # a comment, to the end of its line
+            end = len(script) if end == -1 else end
+            out += [""] * (end - i - 1)
+            i = end - 1
+        elif top == '"' and ch == '"' or top == "`" and ch == "`" or top == "(" and ch == ")":
+            stack.pop()
+        elif ch == "`":
+            stack.append("`")
+        elif script.startswith("$(", i) or top == "(" and ch == "(":
+            stack.append("(")
+            if ch == "$":
+                out.append(out[-1])
+                i += 1
+        elif top != '"' and ch in "'\"":
+            stack.append(ch)
+        i += 1
+    return out
+
+
+def map_paths_in_argv(argv: list[str], maps: PathMaps) -> list[str]:
+    """map_paths_in_word on each argument, map_paths_in_shell on the script of a leading
+    `sh -c` / `bash -c`."""
+    shell = len(argv) >= 3 and os.path.basename(argv[0]) in ("sh", "bash") and argv[1] == "-c"
+    return [map_paths_in_shell(a, maps) if shell and i == 2 else map_paths_in_word(a, maps)
+            for i, a in enumerate(argv)]
 
 
 def parent_named(folder: str, text: str) -> str:
@@ -272,14 +361,28 @@ def parent_named(folder: str, text: str) -> str:
     return folder
 
 
+TRIAL_ARG_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def parse_trial_args(items: list[str]) -> list[tuple[str, str]]:
+    """--trial-arg NAME=VALUE items as (--NAME, VALUE); a malformed one is refused in one line
+    (NAME: letters, digits, '_', '.', '-', as an option name; a VALUE to set)."""
+    out = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.lstrip("-")
+        if not sep or not TRIAL_ARG_NAME_RE.fullmatch(name) or not value:
+            raise TrialSpecError(f"--trial-arg {item!r}: expected NAME=VALUE (NAME an option "
+                                 "name of letters, digits, '_', '.' and '-'; VALUE not empty), "
+                                 "e.g. epochs=1")
+        out.append(("--" + name, value))
+    return out
+
+
 def override_args(argv: list[str], overrides: list[str]) -> list[str]:
     """--trial-arg NAME=VALUE: set `--NAME VALUE` in the command (replaced, or appended)."""
     argv = list(argv)
-    for item in overrides:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise TrialSpecError(f"--trial-arg {item!r}: expected NAME=VALUE, e.g. epochs=1")
-        flag = "--" + name.lstrip("-")
+    for flag, value in parse_trial_args(overrides):
         for i, a in enumerate(argv):
             if a == flag and i + 1 < len(argv):
                 argv[i + 1] = value
@@ -325,20 +428,33 @@ def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default
     return argv, env
 
 
+def mount_maps(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
+               create: bool = True) -> PathMaps:
+    """The trial's volume mounts as path maps (volume_mounts): each mountPath and what lies
+    below it -> its local folder."""
+    _, pods = primary_container(exp, spec)
+    return [(path, local, True)
+            for path, local in volume_mounts(pods, volumes, default_root, create).items()]
+
+
 def local_command_parts(exp: Experiment, spec: dict, volumes: dict[str, Path],
-                        default_root: Path, trial_args: list[str]
-                        ) -> tuple[list[str], dict[str, str], int]:
+                        default_root: Path, trial_args: list[str], create: bool = True,
+                        map_mounts: bool = True) -> tuple[list[str], dict[str, str], int]:
     """local_command, and how many leading words of the argv are chexflow's local stand-ins
-    (horovodrun and its options, the trainer's python): `katib_wrap` quotes those only."""
+    (horovodrun and its options, the trainer's python): `katib_wrap` quotes those only.
+    `create`: make the default folders of volumes not given (not for a dry run); `map_mounts`
+    False leaves the volumes' paths as in the container (to map them in the wrapped line)."""
     from chexflow.envs import trainer_python, with_chexflow_importable
     from chexflow.jobs.local import horovodrun_command
 
-    container, pods = primary_container(exp, spec)
+    container, _ = primary_container(exp, spec)
     where = f"spec.trialTemplate.trialSpec container {container.get('name')!r}"
     argv = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
     if not argv:
         raise TrialSpecError(f"{where}: has no command or args to run locally")
-    argv = map_paths(override_args(argv, trial_args), volume_mounts(pods, volumes, default_root))
+    argv = override_args(argv, trial_args)
+    if map_mounts:
+        argv = map_paths_in_argv(argv, mount_maps(exp, spec, volumes, default_root, create))
     env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
            if "name" in e and "value" in e}
     env["PYTHONPATH"] = with_chexflow_importable(os.environ)["PYTHONPATH"]
@@ -385,8 +501,9 @@ def katib_wrap(argv: list[str], ours: int, kind: str, metrics_dir: str, env: dic
     """Katib's wrapWorkerContainer for `kind` (StdOut, File, TensorFlowEvent): `sh -c` over
     command + args joined with spaces (the user's own leading `sh -c`/`bash -c` kept), StdOut's
     redirection, the early stopping test when the trial has stop rules, and the completion
-    marker in metrics_dir (Katib's /var/log/katib or the File/TensorFlowEvent folder, here its
-    local folder); then Kubernetes' `$(VAR)`/`$$` expansion. The first `ours` words are
+    marker in metrics_dir (Katib's /var/log/katib or the File/TensorFlowEvent folder, as in the
+    container: the runner maps it to the local one with the rest of the line); then Kubernetes'
+    `$(VAR)`/`$$` expansion. The first `ours` words are
     chexflow's local stand-ins and are quoted; the user's words are joined as Katib joins them."""
     words = [shlex.quote(a) for a in argv[:ours]] + argv[ours:]
     command = ["sh", "-c"]
@@ -418,3 +535,37 @@ def quoting_note(container: dict, where: str) -> str | None:
             return (f"{where}: word {i + 1} of command + args, {shown!r}, is read again by the "
                     f"shell on Katib: {QUOTING_WHY}; {QUOTING_HOW}")
     return None
+
+
+def trailing_newline(exp: Experiment) -> tuple[str, str] | None:
+    """(field, why) when Katib's wrapper breaks a primary container whose last word of command
+    + args ends with a newline (a YAML block scalar `|` keeps one). Katib appends its own words
+    to the joined line (wrapWorkerContainer): after that newline they are a command line of
+    their own. StdOut: `1>/var/log/katib/metrics.log 2>&1` redirects an empty command, the
+    trial's output goes to the pod log, the completion marker is written whatever the trial's
+    exit code, and the trial ends MetricsUnavailable. File, TensorFlowEvent: sh stops at a line
+    starting with `&&` (Syntax error) after the trial ran, and the trial Fails. Otherwise
+    None."""
+    kind = exp.collector.kind
+    if kind not in WRAPPED_COLLECTORS or not exp.trial_spec:
+        return None
+    try:
+        container, _ = primary_container(exp, exp.trial_spec)
+    except TrialSpecError:
+        return None  # no such container: refused elsewhere where it matters
+    command, args = container.get("command") or [], container.get("args") or []
+    field, words = ("args", args) if args else ("command", command)
+    last = str(words[-1]) if words else ""
+    if not last.rstrip(" \t").endswith("\n") or last.rstrip(" \t").endswith("\\\n"):
+        return None
+    where = (f"spec.trialTemplate.trialSpec container {container.get('name')!r}: "
+             f"{field}[{len(words) - 1}]")
+    if kind == "StdOut":
+        what = ("its redirection `1>/var/log/katib/metrics.log 2>&1` becomes a line of its own, "
+                "the trial's output is never collected and the trial ends MetricsUnavailable")
+    else:
+        what = ("its `&& echo completed > ...` becomes a line of its own, which sh refuses "
+                "(Syntax error: \"&&\" unexpected) after the trial ran, and the trial fails")
+    return where, (f"ends with a newline (a YAML block scalar `|` keeps one): Katib's metrics "
+                   f"collector appends its words to the command after it, so {what}; write "
+                   "`|-` to drop the final newline")

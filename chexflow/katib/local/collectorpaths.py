@@ -19,6 +19,7 @@ from pathlib import Path
 
 from chexflow.katib.experiment.model import DEFAULT_FILE_PATH, Experiment
 from chexflow.katib.experiment.trialspec import (
+    PathMaps,
     map_paths,
     override_args,
     parent_named,
@@ -38,10 +39,12 @@ class TrialFolders:
     trial_command: str | None
     volumes: dict[str, Path]
     trial_args: list[str]
+    create: bool = True  # make the folders (not for a dry run, which only names them)
 
     def trial_dir(self, rec: TrialRecord) -> Path:
         d = self.state_dir / "trials" / rec.name
-        d.mkdir(parents=True, exist_ok=True)
+        if self.create:
+            d.mkdir(parents=True, exist_ok=True)
         return d
 
     def collector_folder(self) -> str | None:
@@ -76,15 +79,16 @@ class TrialFolders:
         if self.trial_command is None:
             spec = render_trial_spec(self.exp, rec.name, rec.parameters)
             _, pods = primary_container(self.exp, spec)
-            mounts = volume_mounts(pods, self.volumes, self.state_dir / "volumes")
+            mounts = volume_mounts(pods, self.volumes, self.state_dir / "volumes", self.create)
             mapped = map_paths([folder], mounts)[0]
             if mapped != folder:
                 return folder, Path(mapped)
         local = self.trial_dir(rec) / "metrics"
         if self.exp.collector.kind == "TensorFlowEvent":
             folder = parent_named(folder, self.command_text(rec))
-        (local / os.path.relpath(self.collector_folder(), folder)).mkdir(parents=True,
-                                                                        exist_ok=True)
+        if self.create:
+            (local / os.path.relpath(self.collector_folder(), folder)).mkdir(parents=True,
+                                                                            exist_ok=True)
         return folder, local
 
     def empty_metrics(self, rec: TrialRecord) -> None:
@@ -98,7 +102,7 @@ class TrialFolders:
         folder, local = self.paths(rec)
         return local / os.path.relpath(self.exp.collector.path.rstrip("/"), folder)
 
-    def path_maps(self, rec: TrialRecord) -> list[tuple[str, Path, bool]]:
+    def path_maps(self, rec: TrialRecord) -> PathMaps:
         """(container path, local path, paths below it too) for the trial's command: the
         collector's folder and what lies below it; a folder above it named by the command
         (`paths`), only where it is named as a whole."""

@@ -34,20 +34,26 @@ class TextParser:
         self.regexes = [re.compile(f) for f in (formats or [DEFAULT_METRICS_FORMAT])]
 
     def parse(self, line: str) -> list[tuple[str, float]]:
+        return [(name, v) for name, v, _ in self._matches(line) if v is not None]
+
+    def unparsed(self, line: str) -> list[tuple[str, str]]:
+        """The metrics of the line whose value is no number the collector reads, with what
+        was printed there: `loss=nan` gives ("loss", "nan") (Katib's default metricsFormat
+        matches it with an empty value)."""
+        return [(name, shown) for name, v, shown in self._matches(line) if v is None]
+
+    def _matches(self, line: str) -> list[tuple[str, float | None, str]]:
+        """(name, value or None when not a finite number, the text printed there) of each
+        match of a metric of the experiment."""
         if not any(name in line for name in self.names):
             return []
         found = []
         for rx in self.regexes:
             for m in rx.finditer(line):
-                name, value = m.group(1).strip(), m.group(2).strip()
-                if name not in self.names:
-                    continue
-                try:
-                    v = float(value)
-                except ValueError:
-                    continue
-                if math.isfinite(v):
-                    found.append((name, v))
+                name = m.group(1).strip()
+                if name in self.names:
+                    shown = re.match(r"[^\s,;]*", line[m.start(2):]).group()
+                    found.append((name, _number(m.group(2).strip()), shown))
         return found
 
 
@@ -78,6 +84,20 @@ def read_metrics_file(path: Path, names: list[str], file_format: str,
         for name, v in found:
             logs.setdefault(name, []).append(v)
     return logs
+
+
+def unparsed_values(path: Path, names: list[str], formats: list[str]) -> dict[str, str]:
+    """TextParser.unparsed over a metrics file: the first text printed for each metric that
+    gave no number ({} when the file is not there)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    parser, out = TextParser(names, formats), {}
+    for line in text.split("\n"):
+        for name, shown in parser.unparsed(line):
+            out.setdefault(name, shown)
+    return out
 
 
 def parse_json_line(line: str, names: list[str]) -> list[tuple[str, float]]:

@@ -27,6 +27,7 @@ import contextlib
 import os
 import queue
 import secrets
+import shlex
 import signal
 import subprocess
 import threading
@@ -48,15 +49,14 @@ from chexflow.katib.experiment.trialspec import (
     chexflow_trainer,
     katib_wrap,
     local_command_parts,
-    map_path_in_text,
-    map_paths,
+    map_paths_in_argv,
+    map_paths_in_shell,
+    mount_maps,
     pod_specs,
     primary_container,
     primary_pod_mismatch,
     quoting_note,
-    render_command_string,
     render_trial_spec,
-    trial_values,
 )
 from chexflow.katib.local.collectorpaths import TrialFolders
 from chexflow.katib.local.metrics import (
@@ -67,6 +67,7 @@ from chexflow.katib.local.metrics import (
     parse_json_line,
     read_metrics_file,
     read_tfevents,
+    unparsed_values,
 )
 from chexflow.katib.local.results import trial_line
 from chexflow.katib.local.state import (
@@ -204,13 +205,14 @@ class _Running:
     error_line: str = ""  # the last `PROG: error: ...` line: chexflow's own one-line reason
     deadline_timer: threading.Timer | None = None
     deadline_exceeded: bool = False
+    unparsed: dict[str, str] = field(default_factory=dict)  # metric -> text that is no number
 
 
 class LocalRunner:
     def __init__(self, exp: Experiment, state: SweepState, trial_command: str | None = None,
                  volumes: dict[str, Path] | None = None, trial_args: list[str] | None = None,
                  echo: Callable[[str], None] = print, progress: bool = True,
-                 timeout: float | None = None):
+                 timeout: float | None = None, create: bool = True):
         self.exp = exp
         self.state = state
         self.trial_command = trial_command
@@ -219,7 +221,7 @@ class LocalRunner:
         self.echo = echo
         self.progress = progress
         self.folders = TrialFolders(exp, state.directory, trial_command, self.volumes,
-                                    self.trial_args)
+                                    self.trial_args, create)
         self.timeout = timeout
         self.deadline: float | None = None  # time.monotonic() when the sweep must stop
         self.parser = TextParser(exp.objective.metric_names, exp.collector.formats)
@@ -259,28 +261,32 @@ class LocalRunner:
         return self.folders.collected(rec)
 
     def command_for(self, rec: TrialRecord) -> tuple[list[str] | str, dict[str, str]]:
-        """argv (or a shell string for --trial-command) and extra environment."""
+        """argv (or a shell string for --trial-command) and extra environment. The collector's
+        folder and the volumes' paths in the command become local folders; in a wrapped trial
+        after Katib's wrapper has made it one `sh -c` line (its redirection and marker in the
+        collector's folder too), so a path is rewritten wherever the shell reads it, quoted
+        for its place."""
         maps = self.folders.path_maps(rec)
         if self.trial_command is not None:
-            cmd = self.folders.command_text(rec)
-            for container, local, below in maps:
-                cmd = map_path_in_text(cmd, container, local, below)
-            return cmd, {}
+            return map_paths_in_shell(self.folders.command_text(rec), maps), {}
         spec = render_trial_spec(self.exp, rec.name, rec.parameters)
+        wrapped = (self.exp.collector.kind in WRAPPED_COLLECTORS and maps
+                   and not self.no_collector)
         argv, env, ours = local_command_parts(self.exp, spec, self.volumes,
-                                              self.state.directory / "volumes", self.trial_args)
-        for container, local, below in maps:
-            argv = (map_paths(argv, {container: local}) if below
-                    else [map_path_in_text(a, container, local, below) for a in argv])
-        paths = maps[0][:2] if maps else None  # the collector's own folder, locally
-        if self.exp.collector.kind in WRAPPED_COLLECTORS and paths and not self.no_collector:
-            container, _ = primary_container(self.exp, spec)
-            kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
-                        if "name" in e and "value" in e}
-            kube_env[KATIB_TRIAL_ENV] = rec.name
-            argv = katib_wrap(argv, ours, self.exp.collector.kind, str(paths[1]), kube_env,
-                              early_stopping=rec.rule is not None)
-        return argv, env
+                                              self.state.directory / "volumes", self.trial_args,
+                                              create=self.folders.create, map_mounts=not wrapped)
+        if not wrapped:
+            return map_paths_in_argv(argv, maps), env
+        maps += mount_maps(self.exp, spec, self.volumes, self.state.directory / "volumes",
+                           self.folders.create)
+        container, _ = primary_container(self.exp, spec)
+        kube_env = {str(e["name"]): str(e["value"]) for e in container.get("env") or []
+                    if "name" in e and "value" in e}
+        kube_env[KATIB_TRIAL_ENV] = rec.name
+        *shell, script = katib_wrap(argv, ours, self.exp.collector.kind,
+                                    self.folders.collector_folder(), kube_env,
+                                    early_stopping=rec.rule is not None)
+        return [*shell, map_paths_in_shell(script, maps)], env
 
     def stdout_file(self, rec: TrialRecord) -> Path | None:
         """Where a trialSpec trial's output goes under the StdOut collector: Katib's wrapper
@@ -333,7 +339,7 @@ class LocalRunner:
         if self.trial_command is None:  # Katib's webhook gives the primary container its name
             env[KATIB_TRIAL_ENV] = rec.name
         log = open(self.trial_dir(rec) / "stdout.log", "a", encoding="utf-8")  # noqa: SIM115
-        shown = cmd if isinstance(cmd, str) else " ".join(cmd)
+        shown = shown_command(cmd)
         log.write(f"--- {now()} attempt {rec.restarts + 1}: {shown}\n")
         log.flush()
         try:
@@ -385,6 +391,8 @@ class LocalRunner:
                 if (self.exp.collector.kind == "StdOut" and run.stdout_file is None
                         and not self.no_collector):
                     self._feed(run, self.parser.parse(line))
+                    for name, shown in self.parser.unparsed(line):
+                        run.unparsed.setdefault(name, shown)
             code = run.proc.wait()
             if run.tail is not None:
                 run.tail.join()
@@ -500,12 +508,27 @@ class LocalRunner:
             rec.status, rec.message = "Failed", f"metrics collector: {error}"
         elif self.exp.objective.metric not in rec.logs:
             rec.status = "MetricsUnavailable"
-            rec.message = (self.no_collector or
-                           f"objective metric {self.exp.objective.metric} was never reported")
+            rec.message = self.no_collector or self._unavailable(run)
         else:
             rec.status = "Succeeded"
         self._save()
         self._report(rec)
+
+    def _unavailable(self, run: _Running) -> str:
+        """Why the objective metric has no value: never printed, or printed as something that
+        is no number the collector reads (`loss=nan`: Katib's metricsFormat reads an empty
+        value there, which its controller cannot parse as a number either)."""
+        metric, c = self.exp.objective.metric, self.exp.collector
+        printed = dict(run.unparsed)
+        path = self.stdout_file(run.rec) or (self.collected_path(run.rec)
+                                             if c.kind == "File" and c.file_format == "TEXT"
+                                             else None)
+        if path is not None:
+            printed.update(unparsed_values(path, self.exp.objective.metric_names, c.formats))
+        if metric in printed:
+            return (f"objective metric {metric} was printed as {printed[metric]!r}, not a "
+                    "number Katib's metrics collector can parse")
+        return f"objective metric {metric} was never reported"
 
     def _collect(self, rec: TrialRecord) -> str | None:
         """Read a File/TensorFlowEvent collector's metrics into rec.logs; the error, if any."""
@@ -670,8 +693,10 @@ class LocalRunner:
 
 def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
             volumes: dict[str, Path], trial_args: list[str]) -> list[dict[str, Any]]:
-    """The next suggestions and their commands, without running or saving anything."""
-    runner = LocalRunner(exp, state, trial_command, volumes, trial_args, progress=False)
+    """The next suggestions and the commands their trials would run (as a run records them),
+    without running, saving or making anything."""
+    runner = LocalRunner(exp, state, trial_command, volumes, trial_args, progress=False,
+                         create=False)
     n = open_slots(exp, state.trials)
     if n <= 0 or state.finished_condition:
         return []
@@ -683,20 +708,21 @@ def dry_run(exp: Experiment, state: SweepState, trial_command: str | None,
         raise ChexflowError(f"experiment {exp.name}: Suggestion has failed: {e}") from e
     out = []
     for i, s in enumerate(suggestions):
+        rule = runner._rule()
         rec = TrialRecord(name=f"{exp.name}-next{i + 1}", index=len(state.trials) + i,
-                          parameters=s.parameters)
-        if trial_command is not None:
-            cmd = render_command_string(trial_command, trial_values(exp, rec.name, s.parameters))
-        else:
-            spec = render_trial_spec(exp, rec.name, s.parameters)
-            container, _ = primary_container(exp, spec)
-            argv = (container.get("command") or []) + (container.get("args") or [])
-            cmd = " ".join(map(str, argv))
-        entry = {"trial": rec.name, "parameters": s.parameters, "command": cmd}
+                          parameters=s.parameters, rule=rule.to_dict() if rule else None)
+        entry = {"trial": rec.name, "parameters": s.parameters,
+                 "command": shown_command(runner.command_for(rec)[0])}
         if (note := runner.quoting_note(rec)) is not None:
             entry["note"] = note
         out.append(entry)
     return out
+
+
+def shown_command(cmd: list[str] | str) -> str:
+    """A trial's command as one line, as a shell reads it: what the run records (state.json,
+    stdout.log) and a dry run prints."""
+    return cmd if isinstance(cmd, str) else shlex.join(cmd)
 
 
 def template_quoting_note(exp: Experiment) -> str | None:
