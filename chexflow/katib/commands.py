@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import secrets
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.local.results import table_text
+from chexflow.limits import check_range
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -47,10 +49,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "STATE/volumes/NAME); with --cluster a PersistentVolumeClaim, which replaces "
                    "the volume's source in every trial pod (repeatable)")
     p.add_argument("--namespace", help="--cluster: namespace (default: the spec's)")
-    p.add_argument("--timeout", type=float, default=24 * 3600,
+    # numbers are read by _check_flags (one line for a bad one, as for every tune flag)
+    p.add_argument("--timeout", default=24 * 3600,
                    help="seconds to wait for the end: then --cluster deletes the Experiment; "
                    "locally the running trials are stopped and a rerun resumes them")
-    p.add_argument("--poll-interval", type=float, default=15.0,
+    p.add_argument("--poll-interval", default=15.0,
                    help="--cluster: seconds between looks at the Experiment and its Trials")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (--cluster has none: one line per change)")
@@ -70,32 +73,111 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.set_defaults(func=run_katib_service, service=service)
 
 
-def _volumes(items: list[str]) -> dict[str, Path]:
-    out = {}
+MAX_WAIT_S = 10**9  # --timeout, --poll-interval: far below what a thread's wait takes
+NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # RFC 1123 label
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Every flag's form and range, before the spec is read or anything runs: one line naming
+    the flag and what it takes. (What needs the spec, --volume's names and the default --state,
+    is checked once the spec is read, still before any trial.)"""
+    from chexflow.katib.experiment.trialspec import parse_trial_args
+    from chexflow.katib.local.folders import check_writable_folder
+
+    args.timeout = _seconds("--timeout", args.timeout)
+    args.poll_interval = _seconds("--poll-interval", args.poll_interval)
+    parse_trial_args(args.trial_args)
+    if not args.cluster:
+        if args.namespace is not None:
+            raise ChexflowError("--namespace: applies to --cluster only (a local sweep has none)")
+        _volume_items(args.volumes)
+    elif args.namespace is not None and (not NAMESPACE_RE.fullmatch(args.namespace)
+                                         or len(args.namespace) > 63):
+        raise ChexflowError(f"--namespace {args.namespace!r}: not a namespace name (lower case "
+                            "letters, digits and '-', at most 63)")
+    if args.state is not None:
+        check_writable_folder(args.state, f"--state {args.state}")
+
+
+def _seconds(flag: str, value: str | float) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ChexflowError(f"{flag} {value!r}: expected a number of seconds in "
+                            f"(0, {MAX_WAIT_S}]") from None
+    check_range(flag, seconds, 0, MAX_WAIT_S, above=True, hint=" seconds")
+    return seconds
+
+
+def _volume_items(items: list[str]) -> dict[str, Path]:
+    """--volume NAME=DIR items, locally: NAME -> DIR."""
+    out: dict[str, Path] = {}
     for item in items:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise ChexflowError(f"--volume {item!r}: expected NAME=DIR")
-        if not Path(path).is_dir():
-            raise ChexflowError(f"--volume {item}: {path} is not a folder")
-        out[name] = Path(path).resolve()
+            raise ChexflowError(f"--volume {item!r}: expected NAME=DIR (a trialSpec volume and "
+                                "the local folder it is)")
+        if name in out:
+            raise ChexflowError(f"--volume {item}: volume {name!r} given twice")
+        out[name] = Path(path)
+    return out
+
+
+def _local_volumes(exp, items: list[str]) -> dict[str, Path]:
+    """--volume NAME=DIR, locally: NAME a volume of the trialSpec (as --cluster asks), DIR a
+    folder, one the trial can write when it mounts NAME without readOnly."""
+    from chexflow.katib.experiment.trialspec import pod_specs, volume_names, written_volumes
+    from chexflow.katib.local.folders import check_writable_folder
+
+    pods = pod_specs(exp.trial_spec.get("spec", {})) if exp.trial_spec else []
+    have, written = volume_names(pods), written_volumes(pods)
+    head = f"{exp.source}: " if exp.source else ""
+    out = {}
+    for name, path in _volume_items(items).items():
+        item = f"--volume {name}={path}"
+        if name not in have:
+            raise ChexflowError(f"{head}{item}: spec.trialTemplate.trialSpec has no volume "
+                                f"{name!r} (its volumes: {', '.join(have) or 'none'})")
+        if not path.is_dir():
+            raise ChexflowError(f"{item}: {path} is not a folder")
+        if name in written:
+            check_writable_folder(path, item)
+        out[name] = path.resolve()
     return out
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    try:
+        return _tune(args)
+    except ChexflowError as e:
+        if str(e).isprintable():
+            raise
+        # a value given (a path, a --set value) may hold a line break: the error stays one line
+        raise ChexflowError(printable(str(e))) from None
+
+
+def printable(text: str) -> str:
+    """`text` with each character that is not printable (a line break, a tab, ...) written as
+    its Python escape."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
+def _tune(args: argparse.Namespace) -> int:
+    _check_flags(args)
     local = not args.cluster and not args.dry_run
     # a local run's reaper starts first: however this run ends, even by SIGKILL while it reads
     # its spec, a dead run's leftover trial processes on the same state folder are stopped
     reaper = _reaper(args.state) if local and args.state is not None else None
     try:
         from chexflow.katib.experiment.spec import load_experiment
+        from chexflow.katib.local.folders import check_writable_folder
 
         exp = load_experiment(args.spec, args.overrides, args.trial_templates)
         state_dir = args.state or Path("runs") / "tune" / exp.name
+        if args.state is None:
+            check_writable_folder(state_dir, f"the state folder {state_dir} (--state)")
         if args.cluster:
             return _run_cluster(args, exp, state_dir)
-        if args.namespace:
-            raise ChexflowError("--namespace: applies to --cluster only (a local sweep has none)")
         if local and reaper is None:
             reaper = _reaper(state_dir)
         return _run_local(args, exp, state_dir, reaper)
@@ -163,7 +245,7 @@ def _run_local(args: argparse.Namespace, exp, state_dir: Path, reaper) -> int:
     from chexflow.processes import reaper_owns
 
     check_local(exp, args.trial_command)
-    volumes = _volumes(args.volumes)
+    volumes = _local_volumes(exp, args.volumes)
     state = open_state(state_dir, exp.name, exp.fingerprint(), exp.raw, args.trial_command,
                        seed=secrets.randbelow(2**31 - 1), create=not args.dry_run)
     if args.dry_run:
