@@ -2,6 +2,11 @@
 
 A subcommand registered with `trainer=True` needs TensorFlow/Horovod: run from the control
 environment, it re-executes itself in the trainer environment (see chexflow.envs).
+
+Ctrl-C (SIGINT) and SIGTERM (`kill`, a pod or a KFP run stopped) end every command the same way:
+its own cleanup runs (partial outputs removed, child processes ended), then one line
+`chexflow COMMAND: interrupted`, exit status 130 or 143 (128 + the signal's number, the status
+a shell reports for a process the signal ended).
 """
 
 from __future__ import annotations
@@ -9,10 +14,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from chexflow.envs import in_trainer_env, trainer_python, with_chexflow_importable
 from chexflow.errors import ChexflowError
+from chexflow.jobs.signals import Terminated, sigterm_raises
 
 # Modules with a `register(subparsers)` function. Keep imports in them light: heavy libraries
 # (tensorflow, kfp) are imported inside the command functions.
@@ -70,13 +77,14 @@ def main(argv: list[str] | None = None) -> int:
             needs_trainer = needs_trainer(args)
         if needs_trainer and not in_trainer_env():
             reexec_in_trainer(argv)
-        return int(args.func(args) or 0)
+        with sigterm_raises():
+            return int(args.func(args) or 0)
     except ChexflowError as e:
         print(f"chexflow {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as e:
         print(f"chexflow {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,13 @@ import csv
 import gzip
 import io
 import json
+import os
+import re
 import shutil
+import signal
 import struct
+import subprocess
+import time
 import zlib
 from pathlib import Path
 
@@ -16,8 +21,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from chexflow.data.output import staging_dir
 from chexflow.data.pixels import load_greyscale
-from tests.conftest import run_chexflow
+from tests.conftest import CHEXFLOW, run_chexflow
+from tests.test_train import _descendants
+from tests.test_train_guards import _alive
 
 
 @pytest.fixture(scope="module")
@@ -322,3 +330,60 @@ def test_wide_png_is_scaled_by_its_bit_depth(tmp_path, top, sbit, bits):
     assert pixels.max() == round(top * 255 / white)
     assert len(np.unique(pixels)) > 200  # not sixteen grey levels
     assert pixels.min() == 0
+
+
+# --- stopped by Ctrl-C or SIGTERM: one line, nothing left behind ---
+
+
+@pytest.fixture(scope="module")
+def slow_to_decode(tmp_path_factory) -> Path:
+    """400 NIH-format rows whose images are one 4096 x 4096 PNG (16 KB of zeros, linked under
+    every name): each takes a tenth of a second to decode and shrink, so a preprocess with 2
+    workers decodes for seconds."""
+    out = tmp_path_factory.mktemp("slow") / "ds"
+    run_chexflow("data", "synth", "--out", out, "--images", 400, "--size", 32)
+    big = out / "big.png"
+    Image.fromarray(np.zeros((4096, 4096), np.uint8)).save(big)
+    for image in (out / "images").iterdir():
+        image.unlink()
+        os.link(big, image)
+    return out
+
+
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_sigint_and_sigterm_stop_preprocess_in_one_line_leaving_nothing(
+        slow_to_decode, tmp_path, sig, status):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*CHEXFLOW, "preprocess", "--csv", str(slow_to_decode / "Data_Entry_2017.csv"),
+         "--images", str(slow_to_decode / "images"), "--out", str(out), "--image-size", "32",
+         "--workers", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ,
+                                                             "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    tree: list[int] = []
+    try:
+        err = b""
+        while not re.search(rb"\| +[1-9]\d*/400 ", err):  # the progress bar: images decoded
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            assert chunk, err.decode()[-2000:]
+            err += chunk
+        tree = _descendants(proc.pid)  # the decoding processes, multiprocessing's tracker
+        assert len(tree) >= 2, tree
+        proc.send_signal(sig)  # to `chexflow preprocess` alone, as `kill` does
+        _, rest = proc.communicate(timeout=120)
+        lines = (err + rest).decode().replace("\r", "\n").strip().splitlines()
+        assert proc.returncode == status, lines[-20:]
+        assert lines[-1] == "chexflow preprocess: interrupted"
+        assert not [line for line in lines if not line.startswith("preprocess:")][:-1], lines
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in tree if _alive(p)]
+        assert not out.exists() and not staging_dir(out).exists()
+    finally:
+        for pid in [proc.pid, *tree]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()

@@ -4,6 +4,7 @@ alone), ResNet-50 with resume after a killed worker, and clear errors for bad in
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -290,6 +291,28 @@ def test_manifest_from_another_image_size(nih_tfrecords, tmp_path):
     assert "image_size is 64 px but --image-size is 224" in proc.stderr
 
 
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("image_size", 32, "image_size is 32, but {shard} holds 64x64 px images (its first record)"),
+    ("classes", ["Atelectasis", "Cardiomegaly"],
+     "classes lists 2, but the first record of {shard} holds 14 labels"),
+], ids=["image_size", "classes"])
+def test_manifest_that_disagrees_with_its_shards_is_named(nih_tfrecords, tmp_path, field, value,
+                                                          expected):
+    """A manifest.json edited (or copied from other data) so that it no longer describes its
+    shards: found before any worker starts, from the first record of the first shard."""
+    data = _copy(nih_tfrecords, tmp_path)
+    manifest = read_json(data / "manifest.json")
+    manifest[field] = value
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    proc = _train(data, tmp_path / "out", "--image-size", manifest["image_size"])
+    shard = sorted((data / "train").glob("*.tfrecord"))[0]
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"chexflow train: error: {data}/manifest.json: {expected.format(shard=shard)}; the "
+        f"manifest does not describe these shards: preprocess again"]
+    assert "launch:" not in proc.stdout and not (tmp_path / "out").exists()
+
+
 def test_more_workers_than_slots(nih_tfrecords, tmp_path):
     proc = _train(nih_tfrecords, tmp_path / "o", "--workers", 2, "--hosts", "localhost:1")
     assert proc.returncode == 2 and "offers only 1 slots" in proc.stderr
@@ -317,6 +340,17 @@ def test_out_holding_other_files_is_not_overwritten(nih_tfrecords, tmp_path):
 def test_missing_weights_file(nih_tfrecords, tmp_path):
     proc = _train(nih_tfrecords, tmp_path / "o", "--weights", tmp_path / "none.h5")
     assert proc.returncode == 2 and "none.h5: no such file" in proc.stderr
+
+
+@pytest.mark.trainer
+def test_weights_file_that_is_no_model_names_weights(nih_tfrecords, tmp_path):
+    proc = _train(nih_tfrecords, tmp_path / "o", "--model", "resnet50", "--weights",
+                  "/etc/passwd", "--launcher", "none")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "chexflow train: error: --weights /etc/passwd: not a Keras model chexflow can load "
+        "(BadZipFile: File is not a zip file); expected none, imagenet, a .h5 backbone weights "
+        "file or a .keras model written by chexflow train"]
 
 
 @pytest.mark.trainer

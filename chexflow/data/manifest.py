@@ -4,7 +4,8 @@ training and evaluation, without TensorFlow.
 The checks run before any Horovod process starts, so bad input fails in a second with a
 message naming the file: a missing manifest or shard, a manifest written for another image
 size, a truncated or corrupt shard (TFRecord framing), a shard whose record count differs
-from the manifest.
+from the manifest, a shard whose first record disagrees with the manifest's image_size or
+classes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from chexflow.data.example import example_features
 from chexflow.data.split import SPLITS
 from chexflow.errors import ChexflowError
 
@@ -100,6 +102,44 @@ def split_identity(data_dir: Path) -> str | None:
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()
 
 
+def first_record(path: Path) -> bytes:
+    """The data of a TFRecord file's first record (after count_records found its framing)."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(12)[:8])
+        return f.read(length)
+
+
+def check_first_record(manifest: Manifest, shard: Shard) -> None:
+    """A shard's first record holds an image of the manifest's image_size (as pixels: height,
+    width, and height x width bytes) and one label and mask value per class."""
+    source = f"{manifest.root}/manifest.json"
+    try:
+        features = example_features(first_record(shard.path))
+    except ValueError as e:
+        raise DatasetError(f"{shard.path}: its first record is {e}") from None
+    missing = [k for k in ("image", "labels", "mask") if not features.get(k)]
+    if missing:
+        raise DatasetError(f"{shard.path}: its first record has no {missing[0]!r} feature; not "
+                           f"written by chexflow preprocess")
+    size = manifest.image_size
+    height, width = (features.get(k, [None])[0] for k in ("height", "width"))
+    pixels = len(features["image"][0])
+    if (height, width) != (size, size) or pixels != size * size:
+        held = f"{height}x{width} px images" if height and width and pixels == height * width \
+            else f"an image of {pixels} bytes"
+        raise DatasetError(
+            f"{source}: image_size is {size}, but {shard.path} holds {held} (its first record); "
+            f"the manifest does not describe these shards: preprocess again"
+        )
+    for key in ("labels", "mask"):
+        if len(features[key]) != len(manifest.classes):
+            raise DatasetError(
+                f"{source}: classes lists {len(manifest.classes)}, but the first record of "
+                f"{shard.path} holds {len(features[key])} {key}; the manifest does not describe "
+                f"these shards: preprocess again"
+            )
+
+
 def count_records(path: Path) -> int:
     """Records in one TFRecord file, walking its framing (length, crc, data, crc).
 
@@ -127,7 +167,8 @@ def count_records(path: Path) -> int:
 
 
 def verify_shards(manifest: Manifest, split: str, shards: list[Shard] | None = None) -> int:
-    """Check that every shard of a split exists and holds the records the manifest says."""
+    """Check that every shard of a split exists and holds the records the manifest says, of its
+    image size and classes."""
     shards = manifest.splits[split] if shards is None else shards
     if not shards:
         raise DatasetError(f"{manifest.root}/manifest.json: split {split!r} has no shards")
@@ -142,6 +183,8 @@ def verify_shards(manifest: Manifest, split: str, shards: list[Shard] | None = N
             raise DatasetError(
                 f"{shard.path}: {found} records, but manifest.json lists {shard.images}"
             )
+        if found:
+            check_first_record(manifest, shard)
         total += found
     if total == 0:
         raise DatasetError(

@@ -10,6 +10,7 @@ import errno
 import hashlib
 import multiprocessing
 import os
+import re
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -82,10 +83,17 @@ def encode_example(record: Record, image: Decoded) -> bytes:
 
 
 def as_os_error(message: str) -> OSError:
-    """A TensorFlow file error ('PATH; No space left on device') as the OSError it reports."""
+    """A TensorFlow file error ('PATH; No space left on device', on one of its lines, maybe after
+    TensorFlow's {{function_node ...}} and before its [Op:NAME]) as the OSError it reports; one
+    with errno 0 when no line names an operating system error."""
+    for line in message.splitlines():
+        line = re.sub(r"\s*\[Op:[^\]]*\].*$", "", re.sub(r"^\s*\{\{[^}]*\}\}\s*", "", line))
+        path, _, text = line.rpartition("; ")
+        code = next((n for n in errno.errorcode if os.strerror(n) == text.strip()), 0)
+        if code:
+            return OSError(code, text.strip(), path or None)
     path, _, text = message.rpartition("; ")
-    code = next((n for n in errno.errorcode if os.strerror(n) == text), 0)
-    return OSError(code, text, path or None)
+    return OSError(0, text, path or None)
 
 
 def decoded_stream(records: list[Record], size: int, workers: int) -> Iterator[Decoded]:

@@ -3,9 +3,12 @@ checkpoints and resume state (rank 0), and Katib-parsable epoch lines."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import horovod.tensorflow as hvd_tf
@@ -15,10 +18,56 @@ import tensorflow as tf
 from tensorflow import keras
 
 from chexflow.auroc import nanmean, per_class_auroc
+from chexflow.data import faults
+from chexflow.data.tfrecords import as_os_error
 from chexflow.errors import ChexflowError
 from chexflow.train.recipe import masked_bce_numpy
-from chexflow.train.rundir import RUN_FILE, embed_model_info
+from chexflow.train.rundir import (
+    RUN_FILE,
+    checkpoint_prefix,
+    embed_model_info,
+    remove_partial,
+    resumable_epoch,
+    state_file,
+)
 from chexflow.train.throughput import RankTiming, summarize
+
+# the faults of a full disk, whatever else the write said
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+class OutputError(ChexflowError):
+    """Rank 0 could not write into the run folder (a full disk, a file system gone read-only)."""
+
+
+def file_fault(e: BaseException) -> OSError | None:
+    """The OSError behind a failed file operation (TensorFlow's file errors, 'PATH; No space left
+    on device', as the OSError they report); None for any other error."""
+    if isinstance(e, tf.errors.OpError):
+        error = as_os_error(e.message)
+        return error if error.errno else None
+    return e if isinstance(e, OSError) else None
+
+
+@contextlib.contextmanager
+def reported_writes(out: Path, path: Path | None = None, *partial: str) -> Iterator[None]:
+    """Rank 0 writing into the run folder `out`: a file fault in the block removes what the
+    cut-short write left (rundir.PARTIAL_FILES and the patterns `partial`) and becomes one line
+    naming `path` (else the file the fault names) and what to do."""
+    try:
+        yield
+    except Exception as e:
+        error = file_fault(e)
+        if error is None:
+            raise
+        remove_partial(out, *partial)
+        where = path or error.filename or out
+        advice = ""
+        if error.errno in NO_SPACE:
+            done = resumable_epoch(out)
+            advice = "; free space there, then rerun the same command" + (
+                f" to resume after epoch {done}" if done else "")
+        raise OutputError(f"{where}: {faults.cause(error)}{advice}") from None
 
 
 def gather_rows(array: np.ndarray) -> np.ndarray:
@@ -172,16 +221,16 @@ class RunState(keras.callbacks.Callback):
             not math.isnan(val_loss) and val_loss < best["val_loss"]
         )
         if improved:
-            tmp = self.out / "best_model.tmp.keras"
-            # the same layers without the (Horovod-wrapped) optimizer: weights + architecture
-            keras.Model(self.model.inputs, self.model.outputs, name=self.model.name).save(tmp)
-            run = json.loads((self.out / RUN_FILE).read_text())  # written by rank 0 first
-            embed_model_info(tmp, run["classes"], run["image_size"])  # travel with it
-            tmp.replace(self.out / "best_model.keras")
+            with reported_writes(self.out, self.out / "best_model.keras"):
+                self._save_best()
             self.state["best"] = {
                 k: record.get(k) for k in ("epoch", "val_loss", "val_auroc", "loss")
             }
-        self.manager.save(checkpoint_number=epoch + 1)
+        prefix = checkpoint_prefix(self.out, epoch + 1)
+        # a save cut short may leave ckpt-N's files half merged: never restored (state.json
+        # records the epoch only after the save), removed with the rest
+        with reported_writes(self.out, prefix, f"checkpoints/{prefix.name}.*"):
+            self.manager.save(checkpoint_number=epoch + 1)
         self.state["epoch"] = epoch + 1
         self.state["history"] = [h for h in self.state.get("history", []) if h["epoch"] <= epoch]
         self.state["history"].append(record)
@@ -191,7 +240,17 @@ class RunState(keras.callbacks.Callback):
                 "wait": self.plateau.wait,
                 "cooldown_counter": self.plateau.cooldown_counter,
             }
-        write_json(self.out / "checkpoints" / "state.json", self.state)
+        with reported_writes(self.out, state_file(self.out)):
+            write_json(state_file(self.out), self.state)
+
+    def _save_best(self) -> None:
+        """best_model.keras: the same layers without the (Horovod-wrapped) optimizer (weights
+        and architecture), with the run's classes and image size in it."""
+        tmp = self.out / "best_model.tmp.keras"
+        keras.Model(self.model.inputs, self.model.outputs, name=self.model.name).save(tmp)
+        run = json.loads((self.out / RUN_FILE).read_text())  # written by rank 0 first
+        embed_model_info(tmp, run["classes"], run["image_size"])  # travel with it
+        tmp.replace(self.out / "best_model.keras")
 
 
 class KatibLines(keras.callbacks.Callback):

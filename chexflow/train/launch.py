@@ -9,7 +9,6 @@ Python: no TensorFlow here.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -24,6 +23,7 @@ from pathlib import Path
 from chexflow.errors import ChexflowError
 from chexflow.processes import die_with_parent
 from chexflow.train.options import TrainOptions
+from chexflow.train.rundir import resumable_epoch
 
 ERROR_FILE_ENV = "CHEXFLOW_ERROR_FILE"
 # horovodrun's lines: a rank's end, any line of a rank, a rank's stderr line (gloo tags a
@@ -205,12 +205,9 @@ def failure_reason(rc: int, log: HorovodrunLog) -> str:
 
 
 def _resume_hint(out: Path | None) -> str:
-    state = Path(out or "") / "checkpoints" / "state.json"
-    try:
-        epoch = json.loads(state.read_text())["epoch"]
-    except (OSError, ValueError, KeyError):
-        return ""
-    return f"; rerun the same command to resume after epoch {epoch}"
+    """What a rerun does, where the run folder holds a checkpoint to resume from."""
+    epoch = resumable_epoch(Path(out)) if out else None
+    return f"; rerun the same command to resume after epoch {epoch}" if epoch else ""
 
 
 def _run_horovodrun(cmd: list[str], env: dict[str, str]) -> tuple[int, HorovodrunLog]:

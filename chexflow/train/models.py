@@ -39,6 +39,10 @@ class WeightsError(ChexflowError):
     """--weights could not be loaded."""
 
 
+WEIGHTS_EXPECTED = ("expected none, imagenet, a .h5 backbone weights file or a .keras model "
+                    "written by chexflow train")
+
+
 @keras.saving.register_keras_serializable(package="chexflow")
 class ImageNetPreprocess(keras.layers.Layer):
     """Greyscale 0..255 -> 3-channel input normalised the way `family` was trained on ImageNet."""
@@ -113,12 +117,9 @@ def build_model(
 def _load_full_model_weights(model: keras.Model, path: Path) -> None:
     """Copy the weights of an earlier chexflow model (.keras file) into `model`."""
     if not path.exists():
-        raise WeightsError(
-            f"--weights {path}: no such file (expected none, imagenet, a .h5 backbone weights "
-            f"file or a .keras model written by chexflow train)"
-        )
+        raise WeightsError(f"--weights {path}: no such file ({WEIGHTS_EXPECTED})")
     try:
-        src = load_model(path)
+        src = load_model(path, option="--weights", expected=WEIGHTS_EXPECTED)
         model.set_weights(src.get_weights())
     except WeightsError:
         raise
@@ -129,20 +130,21 @@ def _load_full_model_weights(model: keras.Model, path: Path) -> None:
         ) from e
 
 
-def load_model(path: Path) -> keras.Model:
-    """A model written by `chexflow train` (best_model.keras), for prediction."""
+def load_model(path: Path, option: str = "--model", expected: str = "") -> keras.Model:
+    """A model written by `chexflow train` (best_model.keras), for prediction; errors name
+    `option`, the one that gave the path, and say what it `expected`."""
     path = Path(path)
     if path.is_dir() and (path / "best_model.keras").exists():
         path = path / "best_model.keras"
     if not path.exists():
-        raise WeightsError(f"--model {path}: no such file or run folder with best_model.keras")
+        raise WeightsError(f"{option} {path}: no such file or run folder with best_model.keras")
     try:
         with tempfile.TemporaryDirectory(prefix="chexflow-model-") as tmp:
             return _read_keras_file(path, Path(tmp))
     except Exception as e:
         raise WeightsError(
-            f"--model {path}: not a Keras model chexflow can load ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:300]})"
+            f"{option} {path}: not a Keras model chexflow can load ({type(e).__name__}: "
+            f"{(str(e).splitlines() or [''])[0][:300]})" + (f"; {expected}" if expected else "")
         ) from e
 
 

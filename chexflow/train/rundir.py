@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import zipfile
 from pathlib import Path
 
+from chexflow.data import faults
 from chexflow.data.manifest import Manifest, load_manifest, split_identity, verify_shards
 from chexflow.errors import ChexflowError
 from chexflow.limits import MAX_SEED, check_range
@@ -29,6 +31,11 @@ KERAS_METADATA = "metadata.json"
 LEGACY_MODEL_INFO = "chexflow.json"
 # run.json fields that must match for a rerun to resume the same run
 RESUME_KEYS = ("model", "image_size", "data", "synthetic_data", "shuffle_labels", "data_split")
+# Files a write cut short leaves in a run folder: the temporary files of the atomic writes (the
+# best model, run.json, metrics.json, state.json, TensorFlow's `checkpoint` list) and the folders
+# TensorFlow saves a checkpoint's shards into before it merges them into ckpt-N.index and .data-*.
+PARTIAL_FILES = ("best_model.tmp.keras", "best_model.tmp.keras.info", "run.tmp", "metrics.tmp",
+                 "checkpoints/state.tmp", "checkpoints/checkpoint.tmp*", "checkpoints/ckpt-*_temp")
 
 
 class RunError(ChexflowError, ValueError):
@@ -45,6 +52,84 @@ def run_identity(args: argparse.Namespace) -> dict:
         # which images are in which split: data preprocessed again in the same folder differs
         "data_split": split_identity(Path(args.data)) if args.data else None,
     }
+
+
+def state_file(out: Path) -> Path:
+    """The run's state (epochs trained, history, best model): rewritten after every epoch."""
+    return Path(out) / "checkpoints" / "state.json"
+
+
+def read_state(out: Path) -> dict:
+    """The run's state ({} before its first epoch). A damaged one is one line naming it: it alone
+    records the history and the best model's val_loss (which decides whether a later epoch
+    replaces best_model.keras), so the run is not resumed without it."""
+    path = state_file(out)
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except faults.FAULTS as e:
+        raise RunError(f"{path}: {faults.cause(e)}") from None
+    except ValueError as e:
+        raise RunError(f"{path}: not valid JSON ({e}); {_state_advice(out)}") from None
+    epoch = state.get("epoch") if isinstance(state, dict) else None
+    if not isinstance(epoch, int) or epoch < 0:
+        raise RunError(f"{path}: no epoch number (\"epoch\": N) in it; {_state_advice(out)}")
+    return state
+
+
+def _state_advice(out: Path) -> str:
+    return (f"it records the epochs trained and the best model's val_loss, which the checkpoints "
+            f"do not hold; restore it from a copy, or train into a new --out (nothing in {out} "
+            f"was changed)")
+
+
+def checkpoint_prefix(out: Path, epoch: int) -> Path:
+    """ckpt-EPOCH: the checkpoint (model + optimizer) saved after that epoch."""
+    return Path(out) / "checkpoints" / f"ckpt-{epoch}"
+
+
+def checkpoint_missing(prefix: Path) -> str | None:
+    """Which file of a checkpoint is missing (its index or its data), or None."""
+    if not Path(f"{prefix}.index").is_file():
+        return f"{prefix}.index: missing"
+    if not any(prefix.parent.glob(f"{prefix.name}.data-*")):
+        return f"{prefix}.data-00000-of-00001: missing"
+    return None
+
+
+def saved_epochs(out: Path, last: int) -> list[int]:
+    """The epochs to resume after, newest first: `last` (the epoch state.json records, whether or
+    not its checkpoint is there), then each earlier one with a checkpoint index in the folder."""
+    found = {int(p.name[5:-6]) for p in (Path(out) / "checkpoints").glob("ckpt-*.index")
+             if p.name[5:-6].isdigit()}
+    return [last, *sorted((e for e in found if 0 < e < last), reverse=True)]
+
+
+def resumable_epoch(out: Path) -> int | None:
+    """The epoch a rerun resumes after: the newest of saved_epochs whose checkpoint files are
+    all there (whether they read whole only TensorFlow can tell); None when none is."""
+    try:
+        state = read_state(out)
+    except RunError:
+        return None
+    if not state.get("epoch"):
+        return None
+    return next((e for e in saved_epochs(out, state["epoch"])
+                 if checkpoint_missing(checkpoint_prefix(out, e)) is None), None)
+
+
+def remove_partial(out: Path, *also: str) -> list[Path]:
+    """Remove the PARTIAL_FILES of a run folder (and the glob patterns `also`, relative to it):
+    the remains of writes cut short by a fault or a kill. Returns what was removed."""
+    out = Path(out)
+    found = [p for pattern in (*PARTIAL_FILES, *also) for p in out.glob(pattern)]
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return found
 
 
 def _copy_zip(src: Path, dst: Path, change) -> None:
@@ -146,7 +231,8 @@ def check_out(args: argparse.Namespace) -> dict | None:
             f"--out {out}: not empty and not a chexflow training run (no {RUN_FILE}); choose an "
             f"empty or new folder so nothing there is overwritten"
         )
-    earlier = json.loads(run_file.read_text())
+    earlier = _read_run_file(run_file)
+    read_state(out)  # a damaged one is named now, before any worker starts
     mine = run_identity(args)
     # a run recorded before data_split was kept: its data's split is not known
     diff = [k for k in RESUME_KEYS if earlier.get(k) != mine[k] and k in earlier]
@@ -163,6 +249,21 @@ def check_out(args: argparse.Namespace) -> dict | None:
             f"to resume it"
         )
     return earlier
+
+
+def _read_run_file(path: Path) -> dict:
+    """run.json, which identifies the run --out holds (its model, image size, data)."""
+    advice = "it identifies the run this --out holds; restore it from a copy, or train into a " \
+             "new --out"
+    try:
+        record = json.loads(path.read_text())
+    except faults.FAULTS as e:
+        raise RunError(f"{path}: {faults.cause(e)}") from None
+    except ValueError as e:
+        raise RunError(f"{path}: not valid JSON ({e}); {advice}") from None
+    if not isinstance(record, dict):
+        raise RunError(f"{path}: not a JSON object; {advice}")
+    return record
 
 
 def check_all(args: argparse.Namespace, workers: int) -> Manifest | None:

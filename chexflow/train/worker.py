@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -20,7 +21,18 @@ from chexflow.errors import ChexflowError
 from chexflow.runlock import joins, locked_folder
 from chexflow.train.launch import ERROR_FILE_ENV
 from chexflow.train.options import add_train_arguments
-from chexflow.train.rundir import RUN_FILE, RunError, check_all, run_identity
+from chexflow.train.rundir import (
+    RUN_FILE,
+    RunError,
+    check_all,
+    checkpoint_missing,
+    checkpoint_prefix,
+    read_state,
+    remove_partial,
+    run_identity,
+    saved_epochs,
+    state_file,
+)
 
 # Horovod's background thread negotiates every HOROVOD_CYCLE_TIME ms (default 1). On a CPU host
 # every core already runs a worker's ops, and that polling took them: 2 ResNet-50 workers on 2
@@ -214,9 +226,15 @@ def _open_run(args: argparse.Namespace, out: Path, held: contextlib.ExitStack, h
     manifest = hvd_tf.broadcast_object(manifest, root_rank=0)
     classes = manifest.classes if manifest else PATHOLOGIES
     if hvd_tf.rank() == 0:
-        (out / "checkpoints").mkdir(parents=True, exist_ok=True)
-        record = {**run_identity(args), "classes": list(classes)}  # what evaluate checks
-        (out / RUN_FILE).write_text(json.dumps(record, indent=2))
+        from chexflow.train.callbacks import reported_writes, write_json
+
+        if left := remove_partial(out):
+            print(f"train: removed what an interrupted write left: "
+                  f"{', '.join(str(p) for p in left)}", flush=True)
+        with reported_writes(out, out / RUN_FILE):
+            (out / "checkpoints").mkdir(parents=True, exist_ok=True)
+            record = {**run_identity(args), "classes": list(classes)}  # what evaluate checks
+            write_json(out / RUN_FILE, record)
     return manifest, classes
 
 
@@ -261,29 +279,81 @@ def _compile_model(args: argparse.Namespace, tf, hvd_tf, manifest, classes):
 
 
 def _restore(out: Path, ckpt, hvd_tf) -> dict:
-    """The run's state (state.json) after rank 0 restored the checkpoint of the epoch it
-    records ({} for a new run); every rank gets it."""
-    state_file = out / "checkpoints" / "state.json"
+    """The run's state (state.json) after rank 0 restored the newest checkpoint that reads whole
+    ({} for a new run); every rank gets it."""
+    return hvd_tf.broadcast_object(_collective_check(hvd_tf, lambda: _restore_newest(out, ckpt)),
+                                   root_rank=0)
 
-    def restore() -> dict:
-        """Rank 0: state.json and the checkpoint of the epoch it records (a run killed between
-        the two writes may have left one more checkpoint; that epoch is then trained again)."""
-        if not state_file.exists():
-            return {}
-        state = json.loads(state_file.read_text())
-        path = out / "checkpoints" / f"ckpt-{state['epoch']}"
-        if not Path(f"{path}.index").exists():
-            raise RunError(f"{state_file}: says epoch {state['epoch']} but {path} is missing")
-        try:
-            ckpt.restore(str(path)).assert_existing_objects_matched()
-        except AssertionError as e:  # e.g. a checkpoint of the new optimizers (before 2026-11-26)
-            first = (str(e).strip().splitlines() or ["no detail"])[0][:200]
-            raise RunError(f"{path}: does not match this run's model and optimizer ({first}); "
-                           f"train into a new --out") from None
-        return {**state, "restored_from": str(path)}
 
-    state = _collective_check(hvd_tf, restore)
-    return hvd_tf.broadcast_object(state, root_rank=0)
+def _restore_newest(out: Path, ckpt) -> dict:
+    """Rank 0: restore the checkpoint of the epoch state.json records or, where that one does not
+    read whole, the newest earlier one that does (each skipped one named); state.json is then
+    rewound to that epoch, and the later epochs are trained again. None reading whole is one
+    line naming the files; nothing is removed. (A run killed between the two writes may also
+    have left a checkpoint after the recorded epoch; that epoch is trained again too.)"""
+    state = read_state(out)
+    if not state.get("epoch"):
+        return state
+    skipped = []
+    for epoch in saved_epochs(out, state["epoch"]):
+        prefix = checkpoint_prefix(out, epoch)
+        why = checkpoint_missing(prefix) or _read_checkpoint(ckpt, prefix)
+        if why is None:
+            if skipped:
+                state = _rewind(out, state, epoch, skipped)
+            return {**state, "restored_from": str(prefix)}
+        skipped.append(why)
+    raise RunError(
+        f"{out / 'checkpoints'}: no checkpoint of this run reads whole ({'; '.join(skipped)}); "
+        f"nothing there was changed; restore them from a copy, or train into a new --out")
+
+
+def _read_checkpoint(ckpt, prefix: Path) -> str | None:
+    """Restore ckpt (model + optimizer) from prefix: None when it read whole, else which file does
+    not and why. A checkpoint of another model or optimizer is a RunError."""
+    import tensorflow as tf
+
+    try:
+        tf.train.load_checkpoint(str(prefix))
+    except Exception as e:  # TensorFlow's errors, IndexError, ValueError: unreadable, all of them
+        return f"{prefix}.index: not readable ({_exception_line(e)})"
+    try:
+        ckpt.restore(str(prefix)).assert_existing_objects_matched()
+    except AssertionError as e:  # e.g. a checkpoint of the new optimizers (before 2026-11-26)
+        first = (str(e).strip().splitlines() or ["no detail"])[0][:200]
+        raise RunError(f"{prefix}: does not match this run's model and optimizer ({first}); "
+                       f"train into a new --out") from None
+    except Exception as e:
+        data = ", ".join(map(str, sorted(prefix.parent.glob(f"{prefix.name}.data-*"))))
+        return f"{data}: does not read whole ({_exception_line(e)})"
+    return None
+
+
+def _exception_line(e: Exception) -> str:
+    """`Type: first line` of an exception, without TensorFlow's {{function_node ...}}."""
+    message = re.sub(r"\{\{[^}]*\}\}\s*", "", getattr(e, "message", None) or str(e))
+    return f"{type(e).__name__}: {_tf_error_detail(message)}" if message.strip() \
+        else type(e).__name__
+
+
+def _rewind(out: Path, state: dict, epoch: int, skipped: list[str]) -> dict:
+    """state.json rewound to `epoch` (its history cut there; the best model, possibly of a later
+    epoch, kept), so that it names a checkpoint that reads whole; the skipped ones are named."""
+    from chexflow.train.callbacks import reported_writes, write_json
+
+    for why in skipped:
+        print(f"train: warning: skipped a checkpoint: {why}", flush=True)
+
+    later = state["epoch"]
+    state = {**state, "epoch": epoch,
+             "history": [h for h in state.get("history", []) if h["epoch"] <= epoch]}
+    with reported_writes(out, state_file(out)):
+        write_json(state_file(out), state)
+    again = f"epoch {later} is" if later == epoch + 1 else f"epochs {epoch + 1} to {later} are"
+    print(f"train: warning: resuming after epoch {epoch}, not {later}: {again} trained again, "
+          f"{'its checkpoint' if later == epoch + 1 else 'their checkpoints'} written anew",
+          flush=True)
+    return state
 
 
 def _datasets(args: argparse.Namespace, manifest, c: int, hvd_tf):
@@ -374,11 +444,16 @@ def _callbacks(args: argparse.Namespace, out: Path, hvd_tf, manager, state: dict
 def _fit(args: argparse.Namespace, tf, model, train_ds, initial_epoch: int, steps: int,
          callbacks: list, rank: int) -> None:
     """model.fit; corrupt TFRecords met while training become one line naming --data."""
+    from chexflow.train.callbacks import reported_writes
+
+    # rank 0's writes besides RunState's (TensorBoard's event files)
+    writes = reported_writes(Path(args.out)) if rank == 0 else contextlib.nullcontext()
     try:
-        model.fit(
-            train_ds, epochs=args.epochs, initial_epoch=initial_epoch,
-            steps_per_epoch=steps, callbacks=callbacks, verbose=2 if rank == 0 else 0,
-        )
+        with writes:
+            model.fit(
+                train_ds, epochs=args.epochs, initial_epoch=initial_epoch,
+                steps_per_epoch=steps, callbacks=callbacks, verbose=2 if rank == 0 else 0,
+            )
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
         if not _from_input_pipeline(args, e):
             raise
@@ -396,8 +471,7 @@ def _write_metrics(args: argparse.Namespace, out: Path, state: dict, summary, ep
     `final ...` line Katib's collectors read."""
     from chexflow.train import callbacks as cb
 
-    state_file = out / "checkpoints" / "state.json"
-    state = json.loads(state_file.read_text()) if state_file.exists() else state
+    state = read_state(out) or state
     metrics = _metrics(args, size, state, summary, epochs, started)
     metrics["horovod"] = horovod
     metrics["started_at"] = started
@@ -406,7 +480,8 @@ def _write_metrics(args: argparse.Namespace, out: Path, state: dict, summary, ep
     if "ended" in first_step:  # warm-up, apart from the steady-state images_per_sec
         metrics["startup_seconds"] = round(first_step["began"] - started, 2)
         metrics["first_step_seconds"] = round(first_step["ended"] - first_step["began"], 2)
-    cb.write_json(out / "metrics.json", metrics)
+    with cb.reported_writes(out, out / "metrics.json"):
+        cb.write_json(out / "metrics.json", metrics)
     print(
         "final " + " ".join(
             f"{k}={metrics[k]:.6g}" for k in ("val_auroc", "val_loss", "images_per_sec")
@@ -421,8 +496,10 @@ def _metrics(args, size, state, summary, epochs, started) -> dict:
     best = state.get("best") or {}
     history = state.get("history", [])
     last = history[-1] if history else {}
-    earlier = json.loads((Path(args.out) / "metrics.json").read_text()) \
-        if (Path(args.out) / "metrics.json").exists() else {}
+    try:  # an earlier run's, for the total wall time (rewritten now)
+        earlier = json.loads((Path(args.out) / "metrics.json").read_text())
+    except (OSError, ValueError):
+        earlier = {}
     wall = time.time() - started
     return {
         "model": args.model,
