@@ -63,12 +63,18 @@ def reexec_in_trainer(argv: list[str]) -> None:
     os.execve(str(python), [str(python), "-m", "chexflow.cli", *argv], env)
 
 
+def one_line(text: str) -> str:
+    """`text` with each character that is not printable (a line break, a tab, ...) written as
+    its escape: a value the user gave (a path, a --set value) keeps an error to one line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()  # reads the pipeline definitions for `chexflow run`'s options
     except ChexflowError as e:
-        print(f"chexflow: error: {e}", file=sys.stderr)
+        print(f"chexflow: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     try:
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         with sigterm_raises():
             return int(args.func(args) or 0)
     except ChexflowError as e:
-        print(f"chexflow {args.command}: error: {e}", file=sys.stderr)
+        print(f"chexflow {args.command}: error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Terminated) as e:
         print(f"chexflow {args.command}: interrupted", file=sys.stderr)

@@ -147,22 +147,6 @@ def _local_volumes(exp, items: list[str]) -> dict[str, Path]:
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    try:
-        return _tune(args)
-    except ChexflowError as e:
-        if str(e).isprintable():
-            raise
-        # a value given (a path, a --set value) may hold a line break: the error stays one line
-        raise ChexflowError(printable(str(e))) from None
-
-
-def printable(text: str) -> str:
-    """`text` with each character that is not printable (a line break, a tab, ...) written as
-    its Python escape."""
-    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
-
-
-def _tune(args: argparse.Namespace) -> int:
     _check_flags(args)
     local = not args.cluster and not args.dry_run
     # a local run's reaper starts first: however this run ends, even by SIGKILL while it reads
