@@ -179,8 +179,11 @@ def parse_params(items: list[str]) -> dict:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    from chexflow.pipelines.registry import compile_components, compile_pipeline
+    from chexflow.folders import writable_folders
+    from chexflow.pipelines.registry import compile_components, compile_pipeline, components_dir
 
+    writable_folders((args.out or pipelines_dir(), "--out"),
+                     (args.components_out or components_dir(), "--components-out"))
     for name in args.pipelines or pipeline_names():
         path = compile_pipeline(name, args.out, args.trainer_image,
                                 args.launcher_image)
