@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.errors import ChexflowError
-from chexflow.evaluate.report import SYNTH_MARKER, data_provenance
+from chexflow.evaluate.report import SYNTH_MARKER, ci_words, data_provenance, mean_scope
 from chexflow.folders import new_folder
 from chexflow.pathologies import CHEXNET_MEAN_AUROC
 from chexflow.pipelines.console import Console, step_logs
@@ -286,6 +286,16 @@ def task_metrics(summary: dict[str, Any], task: str) -> dict[str, Any]:
     return (arts.get("metrics") or {}).get("metadata", {})
 
 
+def task_output(summary: dict[str, Any], task: str) -> dict[str, Any]:
+    """A task's returned JSON object (evaluate-op's: its auroc.json); empty if it has none."""
+    text = summary["tasks"].get(task, {}).get("parameters", {}).get("Output")
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
 def print_summary(summary: dict[str, Any], stream=sys.stdout) -> None:
     """Where the report is, throughput, and last the mean AUROC beside CheXNet's."""
     p = lambda *a: print(*a, file=stream)  # noqa: E731
@@ -307,11 +317,9 @@ def print_summary(summary: dict[str, Any], stream=sys.stdout) -> None:
         p(f"  {w} worker(s): {scaling[key]:.1f} images/s, scaling efficiency "
           f"{100 * scaling.get(f'efficiency_w{w}', float('nan')):.0f}%")
     p(f"  data: {summary['provenance']}")
-    evaluation = task_metrics(summary, "evaluate-op")
-    if "auroc_mean" in evaluation:
+    auroc = task_output(summary, "evaluate-op")
+    if auroc.get("mean") is not None:
         generated = "generated" in summary["provenance"]
-        p(f"run: mean test AUROC {evaluation['auroc_mean']:.3f} (95% CI "
-          f"{evaluation.get('auroc_ci_low', float('nan')):.3f}-"
-          f"{evaluation.get('auroc_ci_high', float('nan')):.3f}); CheXNet's published mean is "
-          f"{CHEXNET_MEAN_AUROC:.3f} on NIH ChestX-ray14"
+        p(f"run: mean test AUROC {auroc['mean']:.3f} ({ci_words(auroc)}){mean_scope(auroc)}; "
+          f"CheXNet's published mean is {CHEXNET_MEAN_AUROC:.3f} on NIH ChestX-ray14"
           + ("; these data are generated, not NIH's X-rays" if generated else ""))
