@@ -117,11 +117,11 @@ def test_dry_run_prints_the_checked_arguments_and_writes_nothing(tmp_path):
 
 def test_a_run_started_in_the_second_of_another_gets_a_folder_of_its_own(tmp_path, nih_raw):
     """Two runs into one --out in one second: the second once took the first's folder name and
-    failed ("choose a folder you can write"). The folders of the next minute already there stand
-    for the runs that started in the same second."""
+    failed ("choose a folder you can write"). The folders of the next ten minutes already there
+    stand for the runs that started in the same second."""
     out = tmp_path / "runs"
     now = time.time()
-    for s in range(60):
+    for s in range(600):
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + s))
         (out / f"chexnet-train-{stamp}").mkdir(parents=True)
     proc = subprocess.Popen([*CHEXFLOW, "run", "--data", str(nih_raw), "--out", str(out)],

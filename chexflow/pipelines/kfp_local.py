@@ -39,6 +39,9 @@ from chexflow.pipelines.registry import build, pipeline_names, run_defaults
 from chexflow.processes import owned_by_this_process
 
 SYNTH_IMAGES = 400
+# After a SIGTERM, how often it goes again to the processes below the run (see
+# steps_stopped_by_sigterm)
+FORWARD_SECONDS = 0.5
 
 
 class PipelineRunFailed(ChexflowError):
@@ -57,25 +60,38 @@ def steps_stopped_by_sigterm() -> Iterator[list[int]]:
     they created, as when a KFP run is terminated, and the run then fails. Between steps it
     stops the run at once. Without this, SIGTERM ends only this process, and a step waiting on
     a cluster job dies of its closed output pipe before it can delete the job. Yields the list
-    of SIGTERMs received."""
+    of SIGTERMs received. Once one came it is sent again every FORWARD_SECONDS until the run
+    ends: a step caught between its fork and its program's start loses a signal (the forked
+    child still has this process's handler), and one that starts after it must get it too."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():  # only it may set handlers
         yield received
         return
+    ended = threading.Event()
+
+    def terminate(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def keep_forwarding() -> None:
+        while not ended.wait(FORWARD_SECONDS):
+            terminate(descendants(os.getpid()))
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
         running = descendants(os.getpid())
         if not running:
             raise Stopped()
-        for pid in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+        terminate(running)
+        if len(received) == 1:
+            threading.Thread(target=keep_forwarding, daemon=True).start()
 
     previous = signal.signal(signal.SIGTERM, forward)
     try:
         yield received
     finally:
+        ended.set()
         signal.signal(signal.SIGTERM, previous)
 
 
