@@ -46,8 +46,8 @@ MAX_WEIGHT_DECAY = 1.0
 MAX_COUNT = 2**31 - 1
 # Image sides: preprocess and `chexflow data synth` write up to this.
 MAX_IMAGE_SIZE = 4096
-# Horovod's fusion buffer (MB), allocated on every GPU: its default is 128; DenseNet-121's and
-# ResNet-50's gradients are 32 and 100 MB in all.
+# Horovod's fusion buffer (MB), allocated on every GPU: 64 by its docs' default; DenseNet-121's
+# and ResNet-50's gradients are 32 and 100 MB in all.
 MAX_FUSION_MB = 1024.0
 # Horovod's cycle (ms): 1 by default, 25 on hosts without a GPU here; a second already idles
 # the ranks between allreduces.
