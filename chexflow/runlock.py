@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.folders import writable_folder
 
 LOCK_FILE = ".chexflow.lock"
 # set by a lock holder for the processes it starts: the lock file they join (shared)
@@ -108,13 +109,7 @@ def locked_folder(folder: Path, command: str, shared: bool = False) -> Iterator[
     `shared`: see acquire). The lock file goes at the end unless a process that shared the lock
     still holds it, and so does a folder created here and left empty."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ChexflowError(f"--out {folder}: exists and is not a folder")
-    created = not folder.exists()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ChexflowError(f"--out {folder}: cannot create it ({e.strerror})") from None
+    created = writable_folder(folder, "--out") is not None
     fd = acquire(folder, command, shared)
     try:
         yield fd

@@ -237,9 +237,11 @@ def test_synth_into_a_full_100k_tmpfs(tmp_path):
 def test_read_only_file_system_is_one_line(synth40, tmp_path):
     with tmpfs(tmp_path / "ro", "size=100k,ro") as disk:
         proc = run_chexflow(*args(synth40, disk / "out", "--plan-only"), check=False)
-        one_line_error(proc, f"--out {disk / 'out'}: cannot create it (Read-only file system)")
+        one_line_error(proc, f"--out {disk / 'out'}: cannot create it (Read-only file system "
+                             "(EROFS)); choose a folder you can write")
         proc = run_chexflow("data", "synth", "--out", disk / "ds", "--images", 4, check=False)
-        one_line_error(proc, f"--out {disk / 'ds'}: cannot create it (Read-only file system)")
+        one_line_error(proc, f"--out {disk / 'ds'}: cannot create it (Read-only file system "
+                             "(EROFS)); choose a folder you can write")
 
 
 @pytest.mark.parametrize("name", ["splits.csv", "rejected.csv", "manifest.json"])

@@ -265,3 +265,24 @@ def test_keras_file_without_its_weights_is_one_line(tiny_run, nih32, tmp_path):
         f"chexflow evaluate: error: --model {broken}: not a Keras model chexflow can load "
         f"(KeyError: \"There is no item named 'model.weights.h5' in the archive\")"]
     assert "Traceback" not in proc.stderr and not (tmp_path / "ev").exists()
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_evaluate_says_which_classes_left_the_mean_and_that_bootstrap_0_draws_no_ci(
+        tiny_run, nih32, tmp_path):
+    """The mean AUROC is a nanmean: a class whose test labels are all one value has no AUROC and
+    is left out; the output says which, and why (FACTS.md: report skipped classes)."""
+    proc = run_chexflow("evaluate", "--data", nih32, "--model", tiny_run, "--out",
+                        tmp_path / "ev", "--bootstrap", 0)
+    auroc = read_json(tmp_path / "ev" / "auroc.json")
+    skipped = auroc["skipped_classes"]
+    assert skipped, "40 images leave a class without positives in the test split"
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"mean_auroc={auroc['mean']:.4f} (no CI: --bootstrap 0 draws no resamples)"
+    why = {c: "no positive image" if auroc["per_class"][c]["positives"] == 0
+           else "no negative image" for c in skipped}
+    assert lines[1] == (
+        f"evaluate: the mean is over {14 - len(skipped)} of 14 classes, leaving out "
+        + ", ".join(f"{c} ({why[c]})" for c in skipped)
+        + ": their labels in the test split are all one value, so they have no AUROC (nanmean)")

@@ -2,6 +2,7 @@
 small components: step lines, the epoch bar, per-step log files, a failed step's log tail."""
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,39 @@ def test_summary_prints_steady_state_images_per_sec_apart_from_the_warm_up():
     assert ("  training: 61.2 images/s in steady state with 2 worker(s); 98 s in all, of which "
             "warm-up 17 s start-up and 36 s first step (building the training graph)\n"
             ) in out.getvalue()
+
+
+def _evaluated(auroc: dict) -> dict:
+    """A run summary whose evaluate-op returned AUROC (its auroc.json) and logged its Metrics
+    as evaluate_op does (finite values only)."""
+    logged = {f"auroc_{k}": auroc[k] for k in ("mean", "ci_low", "ci_high")
+              if auroc.get(k) is not None}
+    return {"pipeline": "chexnet-train", "wall_seconds": 140.0, "run_dir": "/r", "reports": [],
+            "provenance": "generated", "tasks": {"evaluate-op": {
+                "parameters": {"Output": json.dumps(auroc)},
+                "artifacts": {"metrics": {"metadata": logged}}}}}
+
+
+def test_summary_line_says_bootstrap_0_drew_no_ci_and_which_classes_left_the_mean():
+    """--bootstrap 0 (evaluate's "no CI") printed "95% CI nan-nan"; a class whose test labels
+    are all one value left the mean (nanmean) unsaid."""
+    from chexflow.pipelines.kfp_local import print_summary
+
+    per_class = {"Atelectasis": {"positives": 3, "negatives": 5},
+                 "Hernia": {"positives": 0, "negatives": 8},
+                 "Mass": {"positives": 8, "negatives": 0}}
+    auroc = {"classes": list(per_class), "per_class": per_class, "mean": 0.75, "ci_low": None,
+             "ci_high": None, "skipped_classes": ["Hernia", "Mass"],
+             "bootstrap": {"resamples": 0, "seed": 0, "percentiles": [2.5, 97.5]}}
+    out = io.StringIO()
+    print_summary(_evaluated(auroc), out)
+    line = out.getvalue().splitlines()[-1]
+    assert line.startswith(
+        "run: mean test AUROC 0.750 (no CI: --bootstrap 0 draws no resamples) over 1 of 3 "
+        "classes, leaving out Hernia (no positive image), Mass (no negative image); "
+        "CheXNet's published mean is"), line
+    out = io.StringIO()
+    print_summary(_evaluated({**auroc, "ci_low": 0.6, "ci_high": 0.9, "skipped_classes": [],
+                              "bootstrap": {"resamples": 200}}), out)
+    assert out.getvalue().splitlines()[-1].startswith(
+        "run: mean test AUROC 0.750 (95% CI 0.600-0.900); CheXNet's")

@@ -47,14 +47,18 @@ def test_scaling_study_one_and_two_workers_verbose(tmp_path, nih_tfrecords):
 
 
 def test_failing_training_fails_the_pipeline_with_the_worker_error(tmp_path, nih_tfrecords):
+    """What only the worker can tell (the run checks that --weights is there, not what it
+    holds) fails the run at its step, with the worker's own message."""
+    weights = tmp_path / "weights.keras"
+    weights.write_text("not a model")
     proc = run_chexflow("run", "chexnet-train", "--data", nih_tfrecords, "--out", tmp_path,
-                        *TINY, "--workers", 1, "--lr", "-1", check=False)
+                        *TINY, "--workers", 1, "--weights", weights, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2
-    assert "--lr -1.0: must be > 0" in out  # the worker's own message
+    assert "not a Keras model chexflow can load" in out  # the worker's own message
     assert "job train-w1-" in out and "exited with status" in out
     assert "chexflow run: error: pipeline chexnet-train failed at step train-op" in proc.stderr
     # the failed step's log tail, without --verbose; nothing else of the logs
     tail = proc.stdout.split("--- last ")[1]
-    assert "--lr -1.0: must be > 0" in tail and "train-op.log ---" in tail
+    assert "not a Keras model chexflow can load" in tail and "train-op.log ---" in tail
     assert len(tail.strip().split("\n")) <= 22 and "Executing task" not in out

@@ -56,6 +56,28 @@ def test_numeric_train_option_out_of_range_is_refused(argv, message):
     assert str(refused.value) == message
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--lr", "1e99"), "--lr 1e+99: must be <= 10.0"),
+    (("--weight-decay", "2"), "--weight-decay 2.0: must be <= 1.0"),
+    (("--threads", str(2**31)), "--threads 2147483648: must be <= 2147483647"),
+    (("--batch-size", str(10**20)), "--batch-size 100000000000000000000: must be <= 2147483647"),
+    (("--steps-per-epoch", str(10**20)),
+     "--steps-per-epoch 100000000000000000000: must be <= 2147483647"),
+    (("--image-size", "5000"), "--image-size 5000: must be <= 4096"),
+    (("--fusion-threshold-mb", "1e99"), "--fusion-threshold-mb 1e+99: must be <= 1024.0"),
+    (("--cycle-time-ms", "1e99"), "--cycle-time-ms 1e+99: must be <= 1000.0"),
+    (("--weights", "w" * 300), f"--weights {'w' * 300}: no such file (expected none, imagenet, "
+                               "a Keras .h5 backbone weights file or a .keras model written by "
+                               "chexflow train)"),
+])
+def test_train_option_the_worker_would_fail_on_is_refused_first(argv, message):
+    """Values the worker failed on after it started (a ValueError as TensorFlow took them, an
+    OSError for a name too long) or that no run can use."""
+    with pytest.raises(ChexflowError) as refused:
+        check_options(_parsed(*argv))
+    assert str(refused.value) == message
+
+
 def test_in_range_train_options_pass():
     check_options(_parsed("--validation-steps", "1", "--warmup-steps", "0", "--bn-momentum", "0",
                           "--lr-warmup-epochs", "0", "--seed", str(2**32 - 1)))
@@ -66,6 +88,7 @@ def test_bad_numbers_refused_in_one_line_before_any_worker_starts(tmp_path):
         (("--validation-steps", "0"), "--validation-steps 0: must be >= 1"),
         (("--warmup-steps", "-3"), "--warmup-steps -3: must be >= 0"),
         (("--workers", "0"), "--workers 0: must be at least 1"),
+        (("--lr", "1e99"), "--lr 1e+99: must be <= 10.0"),
     ]:
         proc = run_chexflow("train", "--data", tmp_path, "--out", tmp_path / "o", *argv,
                             check=False)
@@ -223,13 +246,13 @@ def test_second_train_refused_and_killing_the_launcher_leaves_no_worker(tmp_path
 def test_diverged_training_fails_in_one_line_and_saves_no_model(tmp_path):
     out = tmp_path / "run"
     proc = run_chexflow("train", *SYNTHETIC, "--epochs", "2", "--steps-per-epoch", "3",
-                        "--validation-steps", "1", "--warmup-steps", "0", "--lr", "1e9",
-                        "--out", out, check=False)
+                        "--validation-steps", "1", "--warmup-steps", "0", "--lr", "10",
+                        "--optimizer", "sgd", "--out", out, check=False)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("chexflow train: error: training diverged: epoch 1's "), line
     assert line.endswith(" is nan; stopped without saving that epoch (best_model.keras, if there "
-                         "is one, is from an earlier epoch); try a lower --lr than 1e+09"), line
+                         "is one, is from an earlier epoch); try a lower --lr than 10"), line
     assert not (out / "best_model.keras").exists()
     assert not (out / "metrics.json").exists()
 

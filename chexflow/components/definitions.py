@@ -46,16 +46,9 @@ def target_op(
     limit; where the jobs' pods mount the PVC, as the steps do, "" for /mnt/chexflow), checked
     once: the `target` every other step takes."""
     given = dict(locals())  # the inputs by name, before an import adds names
-    from chexflow.components.steps import Target
-    from chexflow.jobs.spec import ClusterOptions
+    from chexflow.components.steps import target_from_inputs
 
-    return Target(
-        workdir=f"{work_root}/{run_id}", run_id=run_id, backend=backend, namespace=namespace,
-        data_pvc=data_pvc, trainer_image=trainer_image, launcher_image=launcher_image,
-        timeout_seconds=timeout_seconds, mount_path=mount_path,
-        cluster=ClusterOptions.from_dict(
-            {name: given[name] for name in ClusterOptions.pipeline_parameters()}),
-    ).to_dict()
+    return target_from_inputs(given).to_dict()
 
 
 @dsl.component(**COMPONENT)
@@ -116,12 +109,9 @@ def train_op(
     import json
     from collections import namedtuple
 
-    from chexflow.components.steps import Target, apply_hparams, train_options, train_step
+    from chexflow.components.steps import train_inputs, train_step
 
-    job_target = Target.from_dict(target, gpus_per_worker=gpus_per_worker,
-                                  slots_per_worker=slots_per_worker, cpu=cpu_per_worker,
-                                  memory=memory_per_worker)
-    options = apply_hparams(train_options(given), hparams_json)
+    options, job_target = train_inputs(given)
     m = train_step(data_dir, workers, options, job_target)
     for key in ("workers", "processes", "batch_size_per_worker", "global_batch_size",
                 "images_per_sec", "images_per_sec_std", "jitter", "step_time_ms", "val_auroc",
@@ -246,13 +236,13 @@ def tune_op(
     output) with the pipeline's model, image size and weights (`--trial-arg`). `tune_args`: more
     `chexflow tune` options (e.g. ["--set", "spec.maxTrialCount=4", "--trial-arg", "epochs=1"]).
     Metrics: each trial's (trialN_val_auroc, trialN_images_per_sec, ...) and the best's."""
+    given = dict(locals())  # the inputs by name, before an import adds names
     import json
 
-    from chexflow.components.steps import Target, tune_step, tune_trial_metrics
+    from chexflow.components.steps import tune_inputs, tune_step, tune_trial_metrics
 
-    job_target = Target.from_dict(target)
-    trial_args = {"data": data_dir, "model": model, "image-size": image_size, "weights": weights}
-    optimal = tune_step(spec_path, job_target, trial_args, [str(a) for a in tune_args])
+    spec_path, job_target, trial_args, extra_args = tune_inputs(given)
+    optimal = tune_step(spec_path, job_target, trial_args, extra_args)
     for name, value in tune_trial_metrics(job_target).items():
         if isinstance(value, float):
             metrics.log_metric(name, value)

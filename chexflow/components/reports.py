@@ -49,9 +49,11 @@ def run_report(train: dict[str, Any], auroc: dict[str, Any], roc_png: str | None
     from chexflow.evaluate.plots import history_png
     from chexflow.evaluate.report import (
         CHEXNET_SOURCE,
+        ci_words,
         data_provenance,
         fmt_ci,
         fmt_seconds,
+        mean_scope,
         parameters,
         render_report,
     )
@@ -64,8 +66,9 @@ def run_report(train: dict[str, Any], auroc: dict[str, Any], roc_png: str | None
             for name, v in (auroc.get("per_class") or {}).items()]
     md = "\n\n".join([
         f"# {title}",
-        f"Mean test AUROC: **{_fmt(auroc.get('mean'))}** (95% CI {fmt_ci(auroc, ' - ')}) on "
-        f"{auroc.get('images')} images; CheXNet's published mean: {CHEXNET_MEAN_AUROC}. "
+        f"Mean test AUROC: **{_fmt(auroc.get('mean'))}** ({ci_words(auroc, ' - ')}) on "
+        f"{auroc.get('images')} images{mean_scope(auroc)}; CheXNet's published mean: "
+        f"{CHEXNET_MEAN_AUROC}. "
         f"Training: {_fmt(train.get('images_per_sec'))} images/s with {train.get('workers')} "
         f"worker(s), wall time {fmt_seconds(train.get('wall_seconds'))}.",
         f"**Data:** {provenance}.",

@@ -7,17 +7,24 @@ PVC mounted at the same path in the component pods and in the MPIJob/Job pods.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shutil
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chexflow.errors import ChexflowError
+from chexflow.folders import os_cause
 from chexflow.jobs import BACKENDS, JobResult, JobSpec, Volume, dns_name, run_job
 from chexflow.jobs.spec import ClusterOptions
 from chexflow.train.options import TrainOptions
+
+if TYPE_CHECKING:
+    from chexflow.katib.experiment.model import Experiment
 
 # Options the pipeline itself owns: a tuned parameter may not move the data or the output.
 NOT_TUNABLE = ("data", "out")
@@ -35,6 +42,12 @@ TRIAL_OUT = "/${trialParameters.trialName}"
 TUNE_CPU, TUNE_MEMORY = "500m", "1Gi"
 # Where the shared data PVC is mounted, in the component pods and in the MPIJob/Job pods.
 MOUNT_PATH = "/mnt/chexflow"
+# The preprocess job's decoding processes (`chexflow preprocess --workers`).
+PREPROCESS_WORKERS = 2
+# What stands for a path an earlier step makes, where a step's inputs are checked before the run
+# (`check_step`): only that there is one matters to the checks.
+PENDING = "(made by an earlier step)"
+TYPE_NOUNS = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
 class StepError(ChexflowError):
@@ -132,24 +145,92 @@ class Target:
         return result
 
 
-def preprocess_step(raw_dir: str, image_size: int, target: Target) -> str:
-    """NIH folder -> TFRecords in WORKDIR/data (a folder with manifest.json is used as it is)."""
-    raw = Path(raw_dir)
+def typed_cluster_options(values: dict[str, Any]) -> ClusterOptions:
+    """ClusterOptions from a pipeline's values, each of the type the class states (a node
+    selector of strings, tolerations as mappings, ...) before the class checks their content."""
+    hints = typing.get_type_hints(ClusterOptions)
+    for name, value in values.items():
+        if name in hints and not conforms(value, hints[name]):
+            raise StepError(f"{name} {json.dumps(value)}: expected {type_words(hints[name])}")
+    return ClusterOptions.from_dict(values)
+
+
+def conforms(value: Any, hint: Any) -> bool:
+    """Whether a JSON value is of a type hint made of str, int, float, bool, Any, list[...] and
+    dict[..., ...] (an int is no bool)."""
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin is dict:
+        return isinstance(value, dict) and all(
+            conforms(k, args[0]) and conforms(v, args[1]) for k, v in value.items())
+    if origin is list:
+        return isinstance(value, list) and all(conforms(v, args[0]) for v in value)
+    if origin in (int, float) and isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if origin is float else origin)
+
+
+def type_words(hint: Any) -> str:
+    """A type hint in words: `a mapping of strings to strings`."""
+    origin, args = typing.get_origin(hint) or hint, typing.get_args(hint)
+    if origin is dict:
+        return f"a mapping of {_plural(args[0])} to {_plural(args[1])}"
+    if origin is list:
+        return f"a list of {_plural(args[0])}"
+    noun = TYPE_NOUNS.get(origin, "value")
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+def _plural(hint: Any) -> str:
+    origin = typing.get_origin(hint) or hint
+    return {dict: "mappings", list: "lists"}.get(origin, f"{TYPE_NOUNS.get(origin, 'value')}s")
+
+
+def target_from_inputs(inputs: dict[str, Any]) -> Target:
+    """target_op's inputs as the run's Target, checked: where the jobs write (WORK_ROOT/RUN_ID)
+    and run."""
+    run_id = inputs.get("run_id", "")  # KFP's, known once the run starts
+    return Target(
+        workdir=f"{inputs['work_root']}/{run_id}".rstrip("/"), run_id=run_id,
+        backend=inputs["backend"], namespace=inputs["namespace"], data_pvc=inputs["data_pvc"],
+        trainer_image=inputs["trainer_image"], launcher_image=inputs["launcher_image"],
+        timeout_seconds=inputs["timeout_seconds"], mount_path=inputs.get("mount_path", ""),
+        cluster=typed_cluster_options({name: inputs[name]
+                                       for name in ClusterOptions.pipeline_parameters()}),
+    )
+
+
+def check_preprocess(raw_dir: str | None, image_size: int) -> None:
+    """The preprocess step's inputs: an image size `chexflow preprocess` takes and, when RAW_DIR
+    is known, a folder in NIH format or one already preprocessed at that size."""
+    from chexflow.data.preprocess import PreprocessConfig, check_options
+
+    raw = Path(raw_dir or PENDING)
+    check_options(PreprocessConfig("nih", raw / "Data_Entry_2017.csv", raw / "images",
+                                   Path(PENDING), image_size=image_size,
+                                   workers=PREPROCESS_WORKERS))
+    if raw_dir is None:
+        return
     if (raw / "manifest.json").exists():
-        manifest = json.loads((raw / "manifest.json").read_text())
-        if manifest.get("image_size") != image_size:
-            raise StepError(
-                f"{raw}/manifest.json: image_size {manifest.get('image_size')}, but the pipeline "
-                f"asks for image_size={image_size}"
-            )
-        print(f"preprocess: {raw} is already preprocessed; using it")
-        return str(raw)
-    csv = raw / "Data_Entry_2017.csv"
-    if not csv.exists():
+        from chexflow.data.manifest import load_manifest
+
+        load_manifest(raw, image_size)  # as training reads it
+    elif not (raw / "Data_Entry_2017.csv").exists():
         raise StepError(
             f"raw_dir {raw}: no Data_Entry_2017.csv (NIH format) and no manifest.json "
             f"(chexflow preprocess output)"
         )
+
+
+def preprocess_step(raw_dir: str, image_size: int, target: Target) -> str:
+    """NIH folder -> TFRecords in WORKDIR/data (a folder with manifest.json is used as it is)."""
+    check_preprocess(raw_dir, image_size)
+    raw = Path(raw_dir)
+    if (raw / "manifest.json").exists():
+        print(f"preprocess: {raw} is already preprocessed; using it")
+        return str(raw)
+    csv = raw / "Data_Entry_2017.csv"
     out = Path(target.path("data"))
     if (out / "manifest.json").exists():  # a retried step: the job finished before
         print(f"preprocess: {out}/manifest.json exists; reusing it")
@@ -157,7 +238,8 @@ def preprocess_step(raw_dir: str, image_size: int, target: Target) -> str:
     spec = JobSpec(
         name=target.job_name("preprocess"),
         command=["chexflow", "preprocess", "--csv", str(csv), "--images", str(raw / "images"),
-                 "--out", str(out), "--image-size", str(image_size), "--workers", "2"],
+                 "--out", str(out), "--image-size", str(image_size),
+                 "--workers", str(PREPROCESS_WORKERS)],
         cpu=target.cpu, memory=target.memory, volumes=target.volumes(),
         timeout_seconds=target.timeout_seconds,
     )
@@ -210,14 +292,25 @@ def training_data(data_dir: str, workdir: str) -> str:
     raise StepError(f"data_dir {data_dir}: no manifest.json there nor in {produced}")
 
 
-def train_step(data_dir: str, workers: int, options: TrainOptions,
-               target: Target) -> dict[str, Any]:
-    """Train with `workers` Horovod processes into WORKDIR/train-wN; return metrics.json (plus
-    the job's wall time and that folder)."""
-    out_dir = target.path(f"train-w{workers}")
-    data_dir = training_data(data_dir, target.workdir)
-    options = dataclasses.replace(options, data=Path(data_dir), out=Path(out_dir))
-    spec = JobSpec(
+def train_inputs(inputs: dict[str, Any]) -> tuple[TrainOptions, Target]:
+    """train_op's inputs as its options (the tuned values of `hparams_json` applied) and the
+    target its job runs on (the run's, with the job's GPUs, ranks and requests per worker)."""
+    target = Target.from_dict(
+        inputs["target"], gpus_per_worker=inputs["gpus_per_worker"],
+        slots_per_worker=inputs["slots_per_worker"], cpu=inputs["cpu_per_worker"],
+        memory=inputs["memory_per_worker"])
+    return apply_hparams(train_options(inputs), inputs.get("hparams_json") or ""), target
+
+
+def train_job(data_dir: str, workers: int, options: TrainOptions, target: Target) -> JobSpec:
+    """The train step's job: `workers` Horovod processes writing WORKDIR/train-wN, its options
+    checked as the worker checks them before it starts."""
+    from chexflow.train.rundir import check_options
+
+    options = dataclasses.replace(options, data=Path(data_dir),
+                                  out=Path(target.path(f"train-w{workers}")))
+    check_options(argparse.Namespace(**vars(options)))
+    return JobSpec(
         name=target.job_name(f"train-w{workers}"),
         command=options.worker_command(),
         workers=workers, horovod=True, gpus_per_worker=target.gpus_per_worker,
@@ -225,6 +318,14 @@ def train_step(data_dir: str, workers: int, options: TrainOptions,
         volumes=target.volumes(),
         env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout_seconds=target.timeout_seconds,
     )
+
+
+def train_step(data_dir: str, workers: int, options: TrainOptions,
+               target: Target) -> dict[str, Any]:
+    """Train with `workers` Horovod processes into WORKDIR/train-wN; return metrics.json (plus
+    the job's wall time and that folder)."""
+    out_dir = target.path(f"train-w{workers}")
+    spec = train_job(training_data(data_dir, target.workdir), workers, options, target)
     result = target.run(spec)
     metrics_path = Path(out_dir) / "metrics.json"
     if not metrics_path.exists():
@@ -236,20 +337,28 @@ def train_step(data_dir: str, workers: int, options: TrainOptions,
     return metrics
 
 
-def evaluate_step(data_dir: str, model_path: str, bootstrap: int,
-                  target: Target) -> dict[str, Any]:
-    """Evaluate on the test split into WORKDIR/evaluate; return auroc.json (plus that folder)."""
-    out_dir = target.path("evaluate")
-    spec = JobSpec(
+def evaluate_job(data_dir: str, model_path: str, bootstrap: int, target: Target) -> JobSpec:
+    """The evaluate step's job: `chexflow evaluate` of the test split into WORKDIR/evaluate,
+    its options checked as that command checks them."""
+    from chexflow.evaluate.options import check_options
+
+    check_options(bootstrap)
+    return JobSpec(
         name=target.job_name("evaluate"),
         command=["chexflow", "evaluate", "--data", data_dir, "--model", model_path,
-                 "--split", "test", "--out", out_dir, "--bootstrap", str(bootstrap),
-                 "--overwrite"],
+                 "--split", "test", "--out", target.path("evaluate"), "--bootstrap",
+                 str(bootstrap), "--overwrite"],
         gpus_per_worker=min(target.gpus_per_worker, 1), cpu=target.cpu, memory=target.memory,
         volumes=target.volumes(), env={"TF_CPP_MIN_LOG_LEVEL": "2"},
         timeout_seconds=target.timeout_seconds,
     )
-    target.run(spec)
+
+
+def evaluate_step(data_dir: str, model_path: str, bootstrap: int,
+                  target: Target) -> dict[str, Any]:
+    """Evaluate on the test split into WORKDIR/evaluate; return auroc.json (plus that folder)."""
+    out_dir = target.path("evaluate")
+    target.run(evaluate_job(data_dir, model_path, bootstrap, target))
     return {**json.loads((Path(out_dir) / "auroc.json").read_text()), "out_dir": out_dir}
 
 
@@ -270,6 +379,43 @@ def micro_roc(predictions_npz: str, max_points: int = 200) -> dict[str, list[flo
     return {"fpr": fpr[idx].tolist(), "tpr": tpr[idx].tolist(), "thresholds": thr[idx].tolist()}
 
 
+class _TuneSpecOptions(argparse.ArgumentParser):
+    """The options of `chexflow tune` that change what it reads of the spec."""
+
+    def __init__(self) -> None:
+        super().__init__(add_help=False, allow_abbrev=False)
+        self.add_argument("--set", dest="overrides", action="append", default=[])
+        self.add_argument("--trial-templates", type=Path)
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise StepError(f"tune_args: {message}")
+
+
+def tune_experiment(spec_path: str, tune_args: list[str]) -> Experiment:
+    """The Experiment the tune job runs, read as `chexflow tune SPEC TUNE_ARGS` reads it (with
+    its `--set` changes and `--trial-templates`): a spec it would refuse is refused here."""
+    from chexflow.katib.experiment.spec import load_experiment
+
+    options, _ = _TuneSpecOptions().parse_known_args(tune_args)
+    try:
+        return load_experiment(spec_path, options.overrides, options.trial_templates)
+    except ChexflowError as e:
+        raise StepError(str(e)) from None
+    except OSError as e:  # what the reader leaves unnamed (a name too long, an I/O error)
+        raise StepError(f"{spec_path}: cannot read it ({os_cause(e)})") from None
+
+
+def tune_inputs(inputs: dict[str, Any]) -> tuple[str, Target, dict[str, Any], list[str]]:
+    """tune_op's inputs as tune_job's arguments: every trial trains on the pipeline's data
+    (preprocess's output), model, image size and weights (`--trial-arg`); `tune_args` are more
+    `chexflow tune` options."""
+    trial_args = {arg: inputs[name] for arg, name in (
+        ("data", "data_dir"), ("model", "model"), ("image-size", "image_size"),
+        ("weights", "weights")) if name in inputs}
+    return (inputs["spec_path"], Target.from_dict(inputs["target"]), trial_args,
+            [str(a) for a in inputs["tune_args"]])
+
+
 def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None = None,
              extra_args: list[str] | None = None) -> tuple[JobSpec, Target]:
     """The `chexflow tune` job of the tune step and the target it runs on (state in
@@ -286,12 +432,12 @@ def tune_job(spec_path: str, target: Target, trial_args: dict[str, Any] | None =
     trial_args = dict(trial_args or {})
     cluster: list[str] = []
     job_spec_path = spec_path
+    exp = tune_experiment(spec_path, extra_args or [])
     if target.backend == "kubernetes":
         from chexflow.katib.cluster.kubernetes import on_trial_volume
-        from chexflow.katib.experiment.spec import NAME_MAX, load_experiment
+        from chexflow.katib.experiment.spec import NAME_MAX
 
         try:
-            exp = load_experiment(spec_path)
             if "data" in trial_args:
                 trial_args["data"] = on_trial_volume(exp, TUNE_VOLUME, target.mount_path,
                                                      str(trial_args["data"]))
@@ -364,3 +510,49 @@ def tune_trial_metrics(target: Target) -> dict[str, float | str]:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 out[f"trial{n}_{name}"] = float(value)
     return out
+
+
+# --- each component's inputs checked before a run starts (`chexflow run`, before any step) ---
+# A check takes the inputs known then (the pipeline's parameters and its own constants; an
+# input an earlier step makes is left out) and applies the step's own rules to them: the same
+# functions the step calls before its job. It returns the outputs it knows (the target).
+
+def check_target_op(inputs: dict[str, Any]) -> dict[str, Any]:
+    return {"Output": target_from_inputs(inputs).to_dict()}
+
+
+def check_preprocess_op(inputs: dict[str, Any]) -> dict[str, Any]:
+    check_preprocess(inputs.get("raw_dir"), inputs["image_size"])
+    return {}
+
+
+def check_train_op(inputs: dict[str, Any]) -> dict[str, Any]:
+    options, target = train_inputs({"target": {}, **inputs})
+    train_job(inputs.get("data_dir", PENDING), inputs.get("workers", 1), options, target)
+    return {}
+
+
+def check_evaluate_op(inputs: dict[str, Any]) -> dict[str, Any]:
+    evaluate_job(inputs.get("data_dir", PENDING), inputs.get("model_path", PENDING),
+                 inputs["bootstrap"], Target.from_dict(inputs.get("target", {})))
+    return {}
+
+
+def check_tune_op(inputs: dict[str, Any]) -> dict[str, Any]:
+    tune_job(*tune_inputs({"target": {}, **inputs}))
+    return {}
+
+
+# The components (chexflow.components.definitions, by function name) whose inputs a run checks
+# first; the others take only earlier steps' outputs and a title.
+STEP_CHECKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "target_op": check_target_op, "preprocess_op": check_preprocess_op,
+    "train_op": check_train_op, "evaluate_op": check_evaluate_op, "tune_op": check_tune_op,
+}
+UNCHECKED_STEPS = ("report_op", "scaling_report_op")
+
+
+def check_step(component: str, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Check a step's inputs known before the run (see STEP_CHECKS); its outputs known then."""
+    check = STEP_CHECKS.get(component)
+    return check(inputs) if check else {}

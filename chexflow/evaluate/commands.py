@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from chexflow.data.records import SPLITS  # not .split: numpy and PIL on every start
+from chexflow.limits import MAX_BOOTSTRAP
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--split", choices=SPLITS, default="test")
     p.add_argument("--out", type=Path, required=True, help="folder for auroc.json, roc.png, ...")
     p.add_argument(
-        "--bootstrap", type=int, default=10_000, help="resamples for the 95%% CI (0: none)"
+        "--bootstrap", type=int, default=10_000,
+        help=f"resamples for the 95%% CI, at most {MAX_BOOTSTRAP} (0: no CI)"
     )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
@@ -29,17 +31,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from chexflow.evaluate.report import ci_words, mean_scope
     from chexflow.evaluate.run import evaluate
 
     summary = evaluate(
         args.data, args.model, args.split, args.out, args.bootstrap, args.batch_size,
         args.seed, args.overwrite,
     )
-    ci = (
-        f" (95% CI {summary['ci_low']:.3f}-{summary['ci_high']:.3f})"
-        if summary["ci_low"] is not None else ""
-    )
     mean = summary["mean"]
-    print(f"mean_auroc={mean:.4f}{ci}" if mean is not None else "mean_auroc=nan")
+    print(f"mean_auroc={mean:.4f} ({ci_words(summary)})" if mean is not None
+          else "mean_auroc=nan (no class has both label values)")
+    scope = mean_scope(summary)
+    if scope:
+        print(f"evaluate: the mean is{scope}: their labels in the {args.split} split are all "
+              "one value, so they have no AUROC (nanmean)")
     print(f"evaluate: wrote {args.out}/auroc.json, roc.png, report.html, predictions.npz")
     return 0

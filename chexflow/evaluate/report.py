@@ -47,6 +47,39 @@ def fmt_ci(d: dict[str, Any], sep: str = "–") -> str:
     return "" if d.get("ci_low") is None else f"{d['ci_low']:.3f}{sep}{d['ci_high']:.3f}"
 
 
+def ci_words(auroc: dict[str, Any], sep: str = "-") -> str:
+    """`95% CI 0.812-0.867` of an auroc.json, or why it has none."""
+    if auroc.get("ci_low") is not None:
+        return f"95% CI {fmt_ci(auroc, sep)}"
+    if not (auroc.get("bootstrap") or {}).get("resamples"):
+        return "no CI: --bootstrap 0 draws no resamples"
+    return "no CI: no resample held both label values of a class"
+
+
+def left_out(auroc: dict[str, Any]) -> list[str]:
+    """The classes an auroc.json's mean leaves out (nanmean: their labels in the split are all
+    one value, so they have no AUROC), each with why: `Hernia (no positive image)`."""
+    per_class = auroc.get("per_class") or {}
+    out = []
+    for name in auroc.get("skipped_classes") or []:
+        counts = per_class.get(name, {})
+        why = ("no positive image" if not counts.get("positives") else
+               "no negative image" if not counts.get("negatives") else "one label value")
+        out.append(f"{name} ({why})")
+    return out
+
+
+def mean_scope(auroc: dict[str, Any]) -> str:
+    """What the mean is over: ` over 13 of 14 classes, leaving out Hernia (no positive image)`;
+    "" when it is over every class."""
+    skipped = left_out(auroc)
+    if not skipped:
+        return ""
+    classes = len(auroc.get("classes") or auroc.get("per_class") or [])
+    return (f" over {classes - len(skipped)} of {classes} classes, leaving out "
+            f"{', '.join(skipped)}")
+
+
 def fmt_seconds(seconds: float | None) -> str:
     if seconds is None:
         return "n/a"
@@ -115,9 +148,10 @@ def img_tag(png: str | Path | bytes, alt: str) -> str:
 def headline(auroc: dict[str, Any], train: dict[str, Any] | None, provenance: str) -> list[str]:
     """The lines at the top: mean AUROC + CI vs CheXNet, throughput and wall time, data."""
     mean = auroc.get("mean")
-    lines = [f"Mean test AUROC <b>{fmt(mean)}</b> (95% CI {fmt_ci(auroc) or 'n/a'}) on "
+    lines = [f"Mean test AUROC <b>{fmt(mean)}</b> ({ci_words(auroc, '–')}) on "
              f"{auroc.get('images', 'n/a')} {html.escape(str(auroc.get('split', 'test')))} "
-             f"images; CheXNet's published mean: {CHEXNET_MEAN_AUROC:.3f}."]
+             f"images{html.escape(mean_scope(auroc))}; CheXNet's published mean: "
+             f"{CHEXNET_MEAN_AUROC:.3f}."]
     if train:
         ips = train.get("images_per_sec")
         lines.append(

@@ -15,10 +15,10 @@ from chexflow.auroc import auroc_summary
 from chexflow.data.manifest import Manifest, load_manifest, verify_shards
 from chexflow.data.output import StagedOutput
 from chexflow.errors import ChexflowError
+from chexflow.evaluate.options import check_options
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.record import check_model_fits
 from chexflow.evaluate.report import write_report
-from chexflow.limits import MAX_SEED, check_range
 
 OUTPUTS = ("auroc.json", "roc.png", "report.html", "predictions.npz")
 
@@ -55,9 +55,7 @@ def evaluate(
     data: Path, model: Path, split: str, out: Path, bootstrap: int = 10_000,
     batch_size: int = 64, seed: int = 0, overwrite: bool = False,
 ) -> dict:
-    check_range("--bootstrap", bootstrap, 0)
-    check_range("--batch-size", batch_size, 1)
-    check_range("--seed", seed, 0, MAX_SEED)
+    check_options(bootstrap, batch_size, seed)
     manifest = load_manifest(data)
     verify_shards(manifest, split)
     check_model_fits(model, manifest)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from chexflow.errors import ChexflowError
+from chexflow.pipelines.checks import shown
 from chexflow.pipelines.registry import (
     Parameter,
     pipeline_names,
@@ -38,8 +39,26 @@ def _json_or_text(text: str):
         return text
 
 
-PARSERS = {"str": str, "int": int, "float": float, "bool": _bool, "list": _list,
-           "dict": json.loads}
+def _dict(text: str) -> dict:
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+PARSERS = {"str": str, "int": int, "float": float, "bool": _bool, "list": _list, "dict": _dict}
+EXPECTED = {"int": "an integer", "float": "a number", "bool": "true or false",
+            "list": "comma-separated values", "dict": 'a JSON object, e.g. {"key": "value"}'}
+
+
+def option_value(name: str, typ: str, text: str):
+    """A pipeline option's text as a value of the parameter's annotation (PARSERS); one line
+    naming the option otherwise."""
+    try:
+        return PARSERS.get(typ, str)(text)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise ChexflowError(
+            f"--{name.replace('_', '-')} {shown(text)}: expected {EXPECTED[typ]}") from None
 
 
 def run_parameters() -> dict[str, dict[str, Parameter]]:
@@ -70,7 +89,8 @@ def add_pipeline_options(r: argparse.ArgumentParser) -> None:
             shown += f", locally {local}" if local is not None and local != p.default else ""
             parts.append(f"{pipeline} ({shown})")
         more = f"; {LIST_HELP}" if first.type == "list" else ""
-        g.add_argument(f"--{param.replace('_', '-')}", dest=param, type=PARSERS[first.type],
+        # read as text here, as its pipeline's parameter in run_run: one line for a bad value
+        g.add_argument(f"--{param.replace('_', '-')}", dest=param,
                        help="; ".join(parts) + more)
 
 
@@ -108,6 +128,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="any pipeline parameter (value parsed as JSON, else a string)")
     r.add_argument("--verbose", action="store_true",
                    help="also show every step's output (always in OUT/RUN/logs/STEP.log)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="check every parameter as the pipeline's steps will, print the "
+                   "arguments the pipeline would get (JSON) and stop: nothing is written or "
+                   "started")
     add_pipeline_options(r)
     r.set_defaults(func=run_run)
 
@@ -136,7 +160,7 @@ def check_params(pipeline: str, items: list[str], params: dict) -> dict:
     for key, raw in raw_params(items).items():
         if key not in params:
             raise ChexflowError(
-                f"--param {key}: not a parameter of {pipeline} (its parameters: "
+                f"--param {shown(key)}: not a parameter of {pipeline} (its parameters: "
                 f"{', '.join(params)})"
             )
         typ = params[key].type
@@ -150,7 +174,8 @@ def check_params(pipeline: str, items: list[str], params: dict) -> dict:
         allowed = PARAM_TYPES.get(typ, (object,))
         if not isinstance(value, allowed) or (typ != "bool" and isinstance(value, bool)):
             raise ChexflowError(
-                f"--param {key}={raw}: expected a JSON {typ} for this parameter of {pipeline}"
+                f"--param {key}={shown(raw)}: expected a JSON {typ} for this parameter of "
+                f"{pipeline}"
             )
         checked[key] = float(value) if typ == "float" else value
     return checked
@@ -179,8 +204,11 @@ def parse_params(items: list[str]) -> dict:
 
 
 def run_compile(args: argparse.Namespace) -> int:
-    from chexflow.pipelines.registry import compile_components, compile_pipeline
+    from chexflow.folders import writable_folders
+    from chexflow.pipelines.registry import compile_components, compile_pipeline, components_dir
 
+    writable_folders((args.out or pipelines_dir(), "--out"),
+                     (args.components_out or components_dir(), "--components-out"))
     for name in args.pipelines or pipeline_names():
         path = compile_pipeline(name, args.out, args.trainer_image,
                                 args.launcher_image)
@@ -194,27 +222,23 @@ def run_run(args: argparse.Namespace) -> int:
     from chexflow.pipelines.kfp_local import run_with_kfp_local
 
     params = {p.name: p for p in pipeline_parameters(args.pipeline)}
-    overrides = {k: getattr(args, k) for k in run_parameters() if getattr(args, k) is not None}
-    for key in overrides:
+    given = {k: getattr(args, k) for k in run_parameters() if getattr(args, k) is not None}
+    for key in given:
         if key not in params:
             raise ChexflowError(f"--{key.replace('_', '-')}: not a parameter of {args.pipeline}")
-    if "katib_spec" in overrides:
-        overrides["katib_spec"] = str(Path(overrides["katib_spec"]).resolve())
-    if any(w < 1 for w in overrides.get("worker_counts", [1])):
-        raise ChexflowError(f"--worker-counts {overrides['worker_counts']}: each must be >= 1")
+    overrides = {k: option_value(k, params[k].type, text) for k, text in given.items()}
     overrides.update(check_params(args.pipeline, args.param, params))
-    from chexflow.jobs.spec import ClusterOptions
-
-    # the cluster options (--job-kind, --tolerations, ...) checked before anything starts
-    ClusterOptions.from_dict({k: v for k, v in overrides.items()
-                              if k in ClusterOptions.pipeline_parameters()})
+    if isinstance(overrides.get("katib_spec"), str):  # the steps run in other folders
+        overrides["katib_spec"] = str(Path(overrides["katib_spec"]).resolve())
     missing = [p for p in params.values() if p.required and p.name not in NOT_RUN_OPTIONS
                and p.name not in overrides and p.name not in run_defaults(args.pipeline)]
     if missing:
         flags = ", ".join(f"--{p.name.replace('_', '-')}" for p in missing)
         raise ChexflowError(f"{args.pipeline} needs {flags}")
+    # every value is checked by the steps' own rules before any step starts
+    # (chexflow.pipelines.checks), and with --dry-run nothing more is done
     run_with_kfp_local(args.pipeline, args.out, args.data, overrides, verbose=args.verbose,
-              pvc_host_path=args.pvc_host_path)
+                       pvc_host_path=args.pvc_host_path, dry_run=args.dry_run)
     return 0
 
 

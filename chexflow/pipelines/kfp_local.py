@@ -30,15 +30,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chexflow.data import faults
 from chexflow.errors import ChexflowError
-from chexflow.evaluate.report import SYNTH_MARKER, data_provenance
+from chexflow.evaluate.report import SYNTH_MARKER, ci_words, data_provenance, mean_scope
+from chexflow.folders import new_folder
 from chexflow.pathologies import CHEXNET_MEAN_AUROC
 from chexflow.pipelines.console import Console, step_logs
 from chexflow.pipelines.registry import build, pipeline_names, run_defaults
 from chexflow.processes import owned_by_this_process
 
 SYNTH_IMAGES = 400
+# After a SIGTERM, how often it goes again to the processes below the run (see
+# steps_stopped_by_sigterm)
+FORWARD_SECONDS = 0.5
 
 
 class PipelineRunFailed(ChexflowError):
@@ -57,25 +60,38 @@ def steps_stopped_by_sigterm() -> Iterator[list[int]]:
     they created, as when a KFP run is terminated, and the run then fails. Between steps it
     stops the run at once. Without this, SIGTERM ends only this process, and a step waiting on
     a cluster job dies of its closed output pipe before it can delete the job. Yields the list
-    of SIGTERMs received."""
+    of SIGTERMs received. Once one came it is sent again every FORWARD_SECONDS until the run
+    ends: a step caught between its fork and its program's start loses a signal (the forked
+    child still has this process's handler), and one that starts after it must get it too."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():  # only it may set handlers
         yield received
         return
+    ended = threading.Event()
+
+    def terminate(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+    def keep_forwarding() -> None:
+        while not ended.wait(FORWARD_SECONDS):
+            terminate(descendants(os.getpid()))
 
     def forward(signum: int, frame: Any) -> None:
         received.append(signum)
         running = descendants(os.getpid())
         if not running:
             raise Stopped()
-        for pid in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+        terminate(running)
+        if len(received) == 1:
+            threading.Thread(target=keep_forwarding, daemon=True).start()
 
     previous = signal.signal(signal.SIGTERM, forward)
     try:
         yield received
     finally:
+        ended.set()
         signal.signal(signal.SIGTERM, previous)
 
 
@@ -89,6 +105,11 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def synth_folder(out: Path, image_size: int, seed: int) -> Path:
+    """Where a run into OUT generates its dataset (and a later run finds it)."""
+    return out / f"synth-data-{image_size}px-seed{seed}"
+
+
 def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = False,
                    seed: int = 0) -> Path:
     """OUT/synth-data-SIZEpx-seedSEED: generated once (NIH format) from `seed` and reused by
@@ -96,7 +117,7 @@ def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = Fa
     `verbose`)."""
     from chexflow.jobs import JobSpec, run_job
 
-    data = out / f"synth-data-{image_size}px-seed{seed}"
+    data = synth_folder(out, image_size, seed)
     marker = data / SYNTH_MARKER
     wanted = {"images": SYNTH_IMAGES, "size": image_size, "seed": seed}
     if marker.exists() and json.loads(marker.read_text()) == wanted:
@@ -120,10 +141,13 @@ def ensure_dataset(out: Path, image_size: int, log_dir: Path, verbose: bool = Fa
     return data
 
 
-def pipeline_arguments(name: str, data: Path, work_root: Path,
+def pipeline_arguments(name: str, data: Path | None, work_root: Path,
                        overrides: dict[str, Any]) -> dict[str, Any]:
-    args = {**run_defaults(name), **overrides}
-    args.update(raw_dir=str(data), work_root=str(work_root))
+    """What the pipeline gets: the local run's defaults, the options over them, the data (left
+    out while it is not generated yet) and the jobs' shared folder."""
+    args = {**run_defaults(name), **overrides, "work_root": str(work_root)}
+    if data is not None:
+        args["raw_dir"] = str(data)
     if args["backend"] == "local":
         args["data_pvc"] = ""  # nothing to mount: the jobs are processes here
     return args
@@ -134,9 +158,11 @@ def shared_folder(backend: str, pvc_host_path: Path | None, out: Path | None,
     """(OUT, the folder the jobs' pods mount the data PVC at, or None for local jobs). With the
     kubernetes backend OUT (default PVC_HOST_PATH/runs) and --data must lie in PVC_HOST_PATH."""
     from chexflow.jobs import BACKENDS
+    from chexflow.pipelines.checks import shown
 
     if backend not in BACKENDS:
-        raise ChexflowError(f"--backend {backend}: expected one of {', '.join(BACKENDS)}")
+        raise ChexflowError(f"--backend {shown(str(backend))}: expected one of "
+                            f"{', '.join(BACKENDS)}")
     if backend == "local":
         if pvc_host_path is not None:
             raise ChexflowError("--pvc-host-path: only with --backend kubernetes (local jobs "
@@ -155,6 +181,19 @@ def shared_folder(backend: str, pvc_host_path: Path | None, out: Path | None,
             raise ChexflowError(f"{flag} {path}: not inside --pvc-host-path {shared}, the only "
                                 "folder the jobs' pods see")
     return out, shared
+
+
+def print_checked(name: str, arguments: dict[str, Any], out: Path, generated: bool) -> dict:
+    """`--dry-run`'s output: the checked arguments as JSON (the run's folder and generated data
+    named as the run would make them); returns them."""
+    shown = {**arguments, "work_root": f"{out}/{name}-YYYYmmdd-HHMMSS/work"}
+    if generated:
+        folder = synth_folder(out, arguments["image_size"], arguments.get("seed", 0))
+        shown["raw_dir"] = f"{folder} (generated by the run unless there)"
+    print(f"run: {name}: every parameter checked as its steps check them; nothing written or "
+          "started (--dry-run). The pipeline's arguments:")
+    print(json.dumps(shown, indent=2))
+    return shown
 
 
 def collect_outputs(kfp_root: Path) -> dict[str, Any]:
@@ -178,10 +217,14 @@ def collect_outputs(kfp_root: Path) -> dict[str, Any]:
 
 def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
                        overrides: dict[str, Any], verbose: bool = False,
-                       pvc_host_path: Path | None = None) -> dict:
+                       pvc_host_path: Path | None = None, dry_run: bool = False) -> dict:
     """Run pipeline `name` with kfp.local; return (and write) the run summary. OUT defaults to
-    ./runs, or PVC_HOST_PATH/runs with the kubernetes backend. No process it starts outlives
-    it, even if it is SIGKILLed (chexflow.processes.owned_by_this_process)."""
+    ./runs, or PVC_HOST_PATH/runs with the kubernetes backend. Every argument is checked by the
+    steps' rules before anything starts (chexflow.pipelines.checks); `dry_run` stops there and
+    prints them. No process it starts outlives it, even if it is SIGKILLed
+    (chexflow.processes.owned_by_this_process)."""
+    from chexflow.pipelines.checks import check_arguments
+
     if name not in pipeline_names():
         raise ChexflowError(f"pipeline {name!r}: expected one of {', '.join(pipeline_names())}")
     defaults = run_defaults(name)
@@ -189,15 +232,13 @@ def run_with_kfp_local(name: str, out: Path | None, data: Path | None,
     out, mount_path = shared_folder(backend, pvc_host_path, out, data)
     if data is not None and not data.exists():
         raise ChexflowError(f"--data {data}: no such folder")
-    run_dir = out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        run_dir.mkdir()
-    except OSError as e:
-        raise ChexflowError(
-            f"--out {out}: cannot create the run folder there ({faults.cause(e)}); choose a "
-            f"folder you can write"
-        ) from None
+    # the run's folders go under OUT: what the target step checks of its work_root holds there
+    arguments = check_arguments(name, pipeline_arguments(name, data and data.resolve(), out,
+                                                         overrides),
+                                str(mount_path) if mount_path else None)
+    if dry_run:
+        return print_checked(name, arguments, out, data is None)
+    run_dir = new_folder(out, f"{name}-{time.strftime('%Y%m%d-%H%M%S')}")
     # kfp.local starts each step with a Popen of its own, not tied to this process: without
     # this a SIGKILLed run left its running step, its job and the job's ranks running
     with owned_by_this_process():
@@ -261,6 +302,16 @@ def task_metrics(summary: dict[str, Any], task: str) -> dict[str, Any]:
     return (arts.get("metrics") or {}).get("metadata", {})
 
 
+def task_output(summary: dict[str, Any], task: str) -> dict[str, Any]:
+    """A task's returned JSON object (evaluate-op's: its auroc.json); empty if it has none."""
+    text = summary["tasks"].get(task, {}).get("parameters", {}).get("Output")
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
 def print_summary(summary: dict[str, Any], stream=sys.stdout) -> None:
     """Where the report is, throughput, and last the mean AUROC beside CheXNet's."""
     p = lambda *a: print(*a, file=stream)  # noqa: E731
@@ -282,11 +333,9 @@ def print_summary(summary: dict[str, Any], stream=sys.stdout) -> None:
         p(f"  {w} worker(s): {scaling[key]:.1f} images/s, scaling efficiency "
           f"{100 * scaling.get(f'efficiency_w{w}', float('nan')):.0f}%")
     p(f"  data: {summary['provenance']}")
-    evaluation = task_metrics(summary, "evaluate-op")
-    if "auroc_mean" in evaluation:
+    auroc = task_output(summary, "evaluate-op")
+    if auroc.get("mean") is not None:
         generated = "generated" in summary["provenance"]
-        p(f"run: mean test AUROC {evaluation['auroc_mean']:.3f} (95% CI "
-          f"{evaluation.get('auroc_ci_low', float('nan')):.3f}-"
-          f"{evaluation.get('auroc_ci_high', float('nan')):.3f}); CheXNet's published mean is "
-          f"{CHEXNET_MEAN_AUROC:.3f} on NIH ChestX-ray14"
+        p(f"run: mean test AUROC {auroc['mean']:.3f} ({ci_words(auroc)}){mean_scope(auroc)}; "
+          f"CheXNet's published mean is {CHEXNET_MEAN_AUROC:.3f} on NIH ChestX-ray14"
           + ("; these data are generated, not NIH's X-rays" if generated else ""))

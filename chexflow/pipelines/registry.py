@@ -21,6 +21,7 @@ from typing import Any
 
 from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
+from chexflow.folders import writable_folder
 
 PIPELINES_DIR_ENV = "CHEXFLOW_PIPELINES_DIR"
 
@@ -166,7 +167,7 @@ def compile_pipeline(name: str, out_dir: Path | None = None, trainer_image: str 
     from kfp import compiler
 
     out_dir = Path(out_dir or pipelines_dir())
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable_folder(out_dir, "--out")
     path = out_dir / f"{name}.yaml"
     compiler.Compiler().compile(build(name, trainer_image, launcher_image), str(path))
     if launcher_image:  # the components' own image (their base_image is fixed at import)
@@ -186,7 +187,7 @@ def compile_components(out_dir: Path | None = None) -> list[Path]:
     from chexflow.components import definitions
 
     out_dir = Path(out_dir or components_dir())
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writable_folder(out_dir, "--components-out")
     paths = []
     for attr, component in sorted(vars(definitions).items()):
         if isinstance(component, BaseComponent) and attr.endswith("_op"):

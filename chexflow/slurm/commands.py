@@ -95,6 +95,7 @@ def _env_pairs(items: list[str]) -> dict[str, str]:
 
 
 def run_render(args: argparse.Namespace) -> int:
+    from chexflow.folders import os_cause, writable_folders
     from chexflow.slurm.script import SlurmJob, SlurmScriptError, TrainingRun, render
 
     manifest = args.data / "manifest.json"
@@ -125,12 +126,17 @@ def run_render(args: argparse.Namespace) -> int:
     )
     text = render(run, job, args.out)
     script = args.script or args.out / "job.sbatch"
+    if script.is_dir():
+        raise SlurmScriptError(f"--script {script}: a folder; expected the script's file name")
     if script.exists() and not args.overwrite:
         raise SlurmScriptError(f"{script} exists; pass --overwrite to replace it")
-    script.parent.mkdir(parents=True, exist_ok=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    script.write_text(text)
-    script.chmod(0o755)
+    writable_folders((args.out, "--out"),
+                     (script.parent, "--script's folder" if args.script else "--out"))
+    try:
+        script.write_text(text)
+        script.chmod(0o755)
+    except OSError as e:
+        raise SlurmScriptError(f"{script}: cannot write it ({os_cause(e)})") from None
     ranks = job.nodes * job.ntasks_per_node
     print(f"slurm: wrote {script} ({ranks} Horovod ranks, {job.launcher}"
           + (f", apptainer {job.container}" if job.container else "") + ")")
@@ -139,6 +145,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_submit(args: argparse.Namespace) -> int:
+    from chexflow.folders import writable_folder
     from chexflow.slurm import jobs
     from chexflow.slurm.script import LOG_TAG, METRICS_TAG, read_tag
 
@@ -148,6 +155,8 @@ def run_submit(args: argparse.Namespace) -> int:
     text = script.read_text()
     metrics_path = read_tag(text, METRICS_TAG)
     log_pattern = read_tag(text, LOG_TAG)
+    # the job's record goes beside the script: checked before the job is queued
+    writable_folder(script.parent, "the script's folder")
     job_id = jobs.submit(script, args.sbatch_arg)
     log = Path(log_pattern.replace("%j", job_id)) if log_pattern else None
     print(f"slurm: submitted {script} as job {job_id}" + (f"; log {log}" if log else ""),

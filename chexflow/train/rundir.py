@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -16,7 +17,16 @@ from pathlib import Path
 from chexflow.data import faults
 from chexflow.data.manifest import Manifest, load_manifest, split_identity, verify_shards
 from chexflow.errors import ChexflowError
-from chexflow.limits import MAX_SEED, check_range
+from chexflow.limits import (
+    MAX_COUNT,
+    MAX_CYCLE_MS,
+    MAX_FUSION_MB,
+    MAX_IMAGE_SIZE,
+    MAX_LR,
+    MAX_SEED,
+    MAX_WEIGHT_DECAY,
+    check_range,
+)
 from chexflow.runlock import LOCK_FILE
 from chexflow.train.options import MODELS
 
@@ -173,29 +183,33 @@ def model_info(model: Path) -> dict | None:
 
 
 def check_options(args: argparse.Namespace) -> None:
+    """Every training option within its range (chexflow.limits), before any worker starts: by
+    the launcher, by rank 0, and by the pipelines' train step (before its job, and in
+    `chexflow run` before any step). A `data` that another step will make may stand for it."""
     if args.model not in MODELS:
         raise RunError(f"--model {args.model!r}: expected one of {', '.join(MODELS)}")
     for name in ("epochs", "batch_size", "image_size", "steps_per_epoch", "threads",
                  "backward_passes_per_step"):
-        check_range(f"--{name.replace('_', '-')}", getattr(args, name), 1)
-    check_range("--fusion-threshold-mb", args.fusion_threshold_mb, 0)
-    check_range("--cycle-time-ms", args.cycle_time_ms, 0, above=True)
+        check_range(f"--{name.replace('_', '-')}", getattr(args, name), 1, cap=MAX_COUNT)
+    check_range("--fusion-threshold-mb", args.fusion_threshold_mb, 0, cap=MAX_FUSION_MB)
+    check_range("--cycle-time-ms", args.cycle_time_ms, 0, above=True, cap=MAX_CYCLE_MS)
     if args.image_size < 32:
         raise RunError(f"--image-size {args.image_size}: Keras' models need at least 32 px")
+    check_range("--image-size", args.image_size, 32, cap=MAX_IMAGE_SIZE)
     check_range("--validation-steps", args.validation_steps, 1,
-                hint=" (leave it out to validate on the whole split)")
-    check_range("--lr", args.lr, 0, above=True)
-    check_range("--weight-decay", args.weight_decay, 0)
+                hint=" (leave it out to validate on the whole split)", cap=MAX_COUNT)
+    check_range("--lr", args.lr, 0, above=True, cap=MAX_LR)
+    check_range("--weight-decay", args.weight_decay, 0, cap=MAX_WEIGHT_DECAY)
     if not 0 <= args.bn_momentum < 1:
         raise RunError(f"--bn-momentum {args.bn_momentum}: expected a number from 0 to below 1")
-    check_range("--warmup-steps", args.warmup_steps, 0)
+    check_range("--warmup-steps", args.warmup_steps, 0, cap=MAX_COUNT)
     check_range("--lr-warmup-epochs", args.lr_warmup_epochs, 0)
     check_range("--seed", args.seed, 0, MAX_SEED)
     if args.data is None and not args.synthetic_data:
         raise RunError("--data is required (or --synthetic-data for a throughput run)")
     if args.shuffle_labels and args.synthetic_data:
         raise RunError("--shuffle-labels needs real --data, not --synthetic-data")
-    if args.weights not in ("none", "imagenet") and not Path(args.weights).exists():
+    if args.weights not in ("none", "imagenet") and not os.path.exists(args.weights):
         raise RunError(
             f"--weights {args.weights}: no such file (expected none, imagenet, a Keras .h5 "
             f"backbone weights file or a .keras model written by chexflow train)"
