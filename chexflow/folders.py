@@ -49,6 +49,37 @@ def writable_folder(path: Path | str, option: str) -> Path | None:
     return top
 
 
+def check_writable_folder(path: Path | str, option: str) -> None:
+    """Refuse, naming `option`, a PATH that cannot become a folder to write in, making nothing
+    (a dry run's check): a file in the way or on the path, or a nearest existing folder above it
+    where no file can be created (read-only, no permission: writing is tried, since permission
+    bits say nothing for root or a read-only mount)."""
+    try:
+        existing = Path(os.path.abspath(path))
+        while not _exists(existing):
+            existing = existing.parent
+        if not existing.is_dir():
+            raise FolderError(f"{option}: {existing} is not a folder; choose a folder you can "
+                              "write")
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except ValueError as e:  # a NUL byte in the path
+        raise FolderError(f"{option}: {path!r} is not a path ({e})") from None
+    except OSError as e:
+        raise FolderError(f"{option}: cannot write in {existing} ({os_cause(e)}); choose a "
+                          "folder you can write") from None
+
+
+def _exists(path: Path) -> bool:
+    """Whether something (a dangling link too) is at `path`; an OSError other than ENOENT or
+    ENOTDIR (a name too long, a loop of links) propagates."""
+    try:
+        path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
 def writable_folders(*folders: tuple[Path | str, str]) -> None:
     """`writable_folder` for each (PATH, OPTION), all before any work: when one fails, the
     folders made for those before it are removed again."""

@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import csv
-import errno
 import gzip
-import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +13,7 @@ from pathlib import Path
 from PIL import Image
 
 from chexflow.data.records import DataError
+from chexflow.folders import os_cause
 
 # What reading or writing a file can raise besides chexflow's own errors.
 FAULTS = (
@@ -38,10 +37,8 @@ def cause(e: BaseException) -> str:
         return f"corrupt compressed data ({e})"
     if isinstance(e, gzip.BadGzipFile):
         return f"not a gzip file ({e})"
-    if isinstance(e, OSError) and e.errno:
-        return f"{os.strerror(e.errno)} ({errno.errorcode.get(e.errno, e.errno)})"
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
+    if isinstance(e, OSError):
+        return os_cause(e)
     return str(e) or type(e).__name__
 
 

@@ -10,8 +10,7 @@
                 search space and base, one module per library (hyperopt, optuna, skopt, cmaes)
 - earlystopping/ medianstop, Katib's semantics
 - local/        the local runner (`chexflow tune`): runner, state, metrics collectors and
-                tfevents, collector paths, results (also written for a cluster's Experiment),
-                folders (is a path a folder tune can write)
+                tfevents, collector paths, results (also written for a cluster's Experiment)
 - cluster/      the cluster client (`chexflow tune --cluster`): create, follow, read
 - services/     Katib's Suggestion and EarlyStopping gRPC services with the same code
 - commands.py   the CLI: `chexflow tune`, `chexflow katib-suggestion|katib-earlystopping`

@@ -81,8 +81,8 @@ def _check_flags(args: argparse.Namespace) -> None:
     """Every flag's form and range, before the spec is read or anything runs: one line naming
     the flag and what it takes. (What needs the spec, --volume's names and the default --state,
     is checked once the spec is read, still before any trial.)"""
+    from chexflow.folders import check_writable_folder
     from chexflow.katib.experiment.trialspec import parse_trial_args
-    from chexflow.katib.local.folders import check_writable_folder
 
     args.timeout = _seconds("--timeout", args.timeout)
     args.poll_interval = _seconds("--poll-interval", args.poll_interval)
@@ -126,8 +126,8 @@ def _volume_items(items: list[str]) -> dict[str, Path]:
 def _local_volumes(exp, items: list[str]) -> dict[str, Path]:
     """--volume NAME=DIR, locally: NAME a volume of the trialSpec (as --cluster asks), DIR a
     folder, one the trial can write when it mounts NAME without readOnly."""
+    from chexflow.folders import check_writable_folder
     from chexflow.katib.experiment.trialspec import pod_specs, volume_names, written_volumes
-    from chexflow.katib.local.folders import check_writable_folder
 
     pods = pod_specs(exp.trial_spec.get("spec", {})) if exp.trial_spec else []
     have, written = volume_names(pods), written_volumes(pods)
@@ -153,8 +153,8 @@ def run_tune(args: argparse.Namespace) -> int:
     # its spec, a dead run's leftover trial processes on the same state folder are stopped
     reaper = _reaper(args.state) if local and args.state is not None else None
     try:
+        from chexflow.folders import check_writable_folder
         from chexflow.katib.experiment.spec import load_experiment
-        from chexflow.katib.local.folders import check_writable_folder
 
         exp = load_experiment(args.spec, args.overrides, args.trial_templates)
         state_dir = args.state or Path("runs") / "tune" / exp.name
