@@ -8,7 +8,7 @@ from the last block; at 224 px that is 7 x 7 cells (DenseNet-121's and ResNet-50
 32). At a smaller input the last block shrinks (2 x 2 at 64 px), too coarse to say where in the
 image the model looked (a quadrant at most), so the default block is the last one whose map has
 at least MIN_CELLS cells a side: the last block from 128 px up, the one before it (dense block 3,
-ResNet-50's conv4 stage: stride 16) from 64 px.
+ResNet-50's conv4 stage: stride 16) from 64 px, the one before that (stride 8) below.
 """
 
 from __future__ import annotations
@@ -125,8 +125,3 @@ class GradCam:
         maps = np.concatenate(maps).reshape(n, len(picked), *images.shape[1:3])
         return maps, np.concatenate(probs)[::len(picked)]
 
-
-def peak_cell(cam: np.ndarray, grid: int) -> int:
-    """The cell (row-major, of a grid x grid division of the image) holding the map's peak."""
-    y, x = np.unravel_index(int(np.argmax(cam)), cam.shape)
-    return int(y * grid // cam.shape[0]) * grid + int(x * grid // cam.shape[1])
