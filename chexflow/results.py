@@ -31,3 +31,10 @@ def read_metrics(train_out: Path) -> dict:
 def read_auroc(evaluate_out: Path) -> dict:
     """auroc.json of an evaluation (keys: per_class, mean, ci_low, ci_high, skipped_classes)."""
     return read_json_result(Path(evaluate_out) / "auroc.json", "chexflow evaluate --out DIR")
+
+
+def read_calibration(evaluate_out: Path) -> dict:
+    """calibration.json of an evaluation (keys: split, threshold_split, specificity_target,
+    bins, ece_mean, per_class: {ece, reliability, operating_point})."""
+    return read_json_result(Path(evaluate_out) / "calibration.json",
+                            "chexflow evaluate --out DIR")

@@ -22,7 +22,7 @@ TOP_LEVEL = ("pipelines", "components", "katib", "mpijob", "bench", "images", "n
 # package's `commands` module (its subcommands, registered by chexflow.cli) is the CLI's layer.
 LAYERS = (
     ("jobs", "data"),
-    ("train", "evaluate"),
+    ("train", "evaluate", "explain"),
     ("katib", "slurm", "components"),
     ("pipelines",),
     ("devcluster",),
