@@ -270,12 +270,8 @@ def test_cli_flags_appear_where_mpi_operator_reads_them():
 
 
 def shipped_trial_spec(spec: Path) -> dict:
-    """The trialSpec a shipped Katib spec runs: the ConfigMap template it names, from
-    katib/trial-templates.yaml."""
-    reference = yaml.safe_load(spec.read_text())["spec"]["trialTemplate"]["configMap"]
-    config_map = yaml.safe_load((REPO_ROOT / "katib" / "trial-templates.yaml").read_text())
-    assert config_map["metadata"]["name"] == reference["configMapName"], spec.name
-    return yaml.safe_load(config_map["data"][reference["templatePath"]])
+    """The trialSpec a shipped Katib spec runs (inline: a key of katib/trial-templates.yaml)."""
+    return yaml.safe_load(spec.read_text())["spec"]["trialTemplate"]["trialSpec"]
 
 
 def mpijob_specs() -> list:
@@ -286,13 +282,18 @@ def mpijob_specs() -> list:
 
 @pytest.mark.parametrize("path", mpijob_specs(), ids=lambda p: p.stem)
 def test_katib_trial_specs_carry_what_render_puts_in_an_mpijob(path):
-    """The trialSpec each shipped spec runs (its ConfigMap template: 2 workers x 1 GPU) matches
+    """The trialSpec each shipped spec runs (2 workers x 1 GPU, or 2 CPU workers) matches
     `chexflow mpijob render`: launcher retries, restart policies, no Istio sidecar, numeric
-    non-root user, the GPU toleration and the per-GPU requests; and it passes the CRD schema."""
+    non-root user, the GPU toleration and the per-GPU requests where it has GPUs; and it passes
+    the CRD schema."""
     trial = shipped_trial_spec(path)
     validate_mpijob({**trial, "metadata": {"name": "trial"}}, CRD)
+    worker = trial["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    gpus = int(worker["resources"]["limits"].get("nvidia.com/gpu", 0))
+    sized = {} if gpus else {"cpu": worker["resources"]["requests"]["cpu"],
+                             "memory": worker["resources"]["requests"]["memory"]}
     ours = render_mpijob(JobSpec(name="trial", command=["true"], workers=2, horovod=True,
-                                 gpus_per_worker=1))
+                                 gpus_per_worker=gpus, **sized))
     for key in ("slotsPerWorker", "sshAuthMountPath", "mpiImplementation",
                 "launcherCreationPolicy"):
         assert trial["spec"][key] == ours["spec"][key], key
