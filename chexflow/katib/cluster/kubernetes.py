@@ -1,15 +1,18 @@
 """`chexflow tune --cluster`: create the Experiment with the Kubernetes client, follow it to its
 end, and write the local runner's results from its Trials.
 
-- What is sent: the spec after `--set` (and Katib's defaults), in `--namespace`; `--trial-arg`
-  set in the primary container's command by the local runner's own builder
-  (`trialspec.override_args`); `--volume NAME=PVC` makes the trialSpec volume NAME that
-  PersistentVolumeClaim in every pod. The result is checked again with Katib's rules (a
-  `--trial-arg` that replaces a `${trialParameters.X}` leaves X unused, which Katib refuses).
-  A ConfigMap template (trialTemplate.configMap) read from the repository (templates.py) is
-  created or updated on the cluster first, in `--namespace` when the spec keeps it beside the
-  Experiment; with `--trial-arg`/`--volume` its template is sent inlined as trialSpec instead
-  (the ConfigMap, which other Experiments may use, stays as it is).
+- What is sent: the spec after `--set` (and Katib's defaults), in `--namespace` (else the
+  spec's, else the kubeconfig context's: current_namespace); `--trial-arg` set in the primary
+  container's command by the local runner's own builder (`trialspec.override_args`); `--volume
+  NAME=PVC` makes the trialSpec volume NAME that PersistentVolumeClaim in every pod. The result
+  is checked again with Katib's rules (a `--trial-arg` that replaces a `${trialParameters.X}`
+  leaves X unused, which Katib refuses). A namespace without Katib's label is one line with the
+  command that adds it, before anything is written. A ConfigMap template
+  (trialTemplate.configMap) read from the repository (templates.py) is created on the cluster
+  first, or keys it lacks added, in `--namespace` when the spec keeps it beside the Experiment;
+  a key that differs there is replaced only with `--update-templates` (else the diff, and one
+  line); with `--trial-arg`/`--volume` its template is sent inlined as trialSpec instead (the
+  ConfigMap, which other Experiments may use, stays as it is).
 - While it runs: one line per change of the Experiment's trial counters (with the best trial so
   far, status.currentOptimalTrial), and one line per Trial that ends, with its condition's
   message when it Failed (and the last lines of its primary container's log), had no metrics
