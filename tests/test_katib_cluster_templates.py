@@ -138,3 +138,22 @@ def test_keys_the_cluster_lacks_are_added_without_asking(tmp_path):
     lines: list[str] = []
     assert sweep(fake, spec, lines).create(dry_run=False) is None
     assert fake.config_maps[CONFIG_MAP] == {**ours, "mine.yaml": "kept"}
+
+
+def test_a_spec_naming_no_namespace_goes_where_kubectl_would_put_it(tmp_path, monkeypatch):
+    """The shipped specs name no namespace: without --namespace, tune --cluster uses the
+    kubeconfig context's, as `kubectl apply -f` does, else `default`."""
+    from chexflow.katib.cluster.kubernetes import current_namespace
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://10.1.2.3:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u",
+                                               "namespace": "team-z"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    assert current_namespace() == "team-z"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    assert current_namespace() == "default"
