@@ -40,6 +40,7 @@ from chexflow.jobs.diagnosis import (
     BAD_INPUT_GRACE_SECONDS,
     Blocker,
     ended_attempts,
+    gang_never_forms,
     latest_condition,
     lost_rank,
     one_line,
@@ -215,6 +216,12 @@ class KubernetesBackend:
         if not tail.strip() and self._failed_attempts:  # the last attempt's pod is gone
             tail = list(self._failed_attempts.values())[-1]
         if cond["type"] == "Failed":
+            ending = self.namespace_ending()
+            if ending:  # the job's pods went with it: not the job's own failure
+                raise JobFailed(f"{kind} {self.namespace}/{spec.name} did not finish: namespace "
+                                f"{self.namespace} {ending} while it ran, and its pods with it "
+                                f"(the {kind}'s last condition: Failed, "
+                                f"{cond.get('reason') or 'no reason'})")
             events = self.events(spec.name)
             if self.delete_policy == "always":
                 self.delete(kind, spec.name)
@@ -306,7 +313,7 @@ class KubernetesBackend:
         blocked_since: dict[str, float] = {}  # Blocker.what -> when first seen
         sized = False  # the job's GPUs were checked against the cluster's nodes
         while True:
-            current = self.get(kind, name)
+            current = self.get_while_waiting(kind, name)
             queued, last_queue = self.queued(kind, current, last_queue)
             if queued:
                 deadline = self.clock() + timeout_seconds
@@ -348,6 +355,37 @@ class KubernetesBackend:
                     self.log_tail(kind, name),
                 )
             self.pause(kind, name)
+
+    def get_while_waiting(self, kind: str, name: str) -> dict[str, Any]:
+        """The job as get() reads it; JobFailed in one line when it is gone: its namespace was
+        deleted (or is being deleted), or someone deleted the job."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.get(kind, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        ending = self.namespace_ending()
+        if ending:
+            raise JobFailed(f"{kind} {self.namespace}/{name} did not finish: namespace "
+                            f"{self.namespace} {ending} while it ran, and the job with it")
+        raise JobFailed(f"{kind} {self.namespace}/{name} was deleted while it ran (not by "
+                        f"chexflow)")
+
+    def namespace_ending(self) -> str | None:
+        """"was deleted" or "is being deleted" when the job's namespace is gone or terminating;
+        None while it is there, or when it cannot be read (a service account without `get` on
+        its namespace)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            ns = self._call(self.core.read_namespace, self.namespace)
+        except ApiException as e:
+            gone = f'namespaces "{self.namespace}" not found' in api_message(e)
+            return "was deleted" if e.status == 404 and gone else None
+        terminating = ns.status is not None and ns.status.phase == "Terminating"
+        return "is being deleted" if ns.metadata.deletion_timestamp or terminating else None
 
     def queued(self, kind: str, current: dict[str, Any], last: str | None
                ) -> tuple[bool, str | None]:
@@ -437,6 +475,10 @@ class KubernetesBackend:
         MPIJob's and its launcher Job's, or the Job's)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         found = [b for pod in pods for b in pod_blockers(pod)]
+        if kind == "MPIJob" and obj["spec"].get("launcherCreationPolicy") == \
+                "WaitForWorkersReady":
+            workers = obj["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+            found = [gang_never_forms(b, workers) or b for b in found]
         live = [p for p in pods if not p.metadata.deletion_timestamp
                 and (p.status is None or p.status.phase not in ("Succeeded", "Failed"))]
         if kind == "MPIJob":
