@@ -18,7 +18,6 @@ with every epoch in a whole metrics.json.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -228,13 +227,13 @@ def _git_commit() -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def run(work: Path, out: Path, epochs: int = EPOCHS, kubeconfig: Path | None = None) -> Path:
-    """The benchmark on a cluster of its own with a real node (or the running one of
-    `kubeconfig`, whose state folder must be its folder): writes out/cluster-faults.json."""
+def run(work: Path, data: Path, out: Path, epochs: int = EPOCHS,
+        kubeconfig: Path | None = None) -> Path:
+    """The benchmark on `data` (64 px TFRecords) on a cluster of its own with a real node (or
+    the running one of `kubeconfig`, whose state folder must be its folder): writes
+    out/cluster-faults.json."""
     from chexflow.bench import real_pods
-    from chexflow.bench.commands import synth_tfrecords
 
-    data = synth_tfrecords(work, 120, 64, 64)
     shared = real_pods.shared_folder(work, data)
     load = round(os.getloadavg()[0], 1)
     with real_pods.cluster(work, kubeconfig) as (api, state_dir, setup):
@@ -251,20 +250,3 @@ def run(work: Path, out: Path, epochs: int = EPOCHS, kubeconfig: Path | None = N
     path = out / "cluster-faults.json"
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m chexflow.bench.cluster_faults",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/bench"))
-    parser.add_argument("--epochs", type=int, default=EPOCHS)
-    parser.add_argument("--kubeconfig", type=Path)
-    args = parser.parse_args(argv)
-    path = run(args.out / "work", args.out, args.epochs, args.kubeconfig)
-    print(path.read_text())
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

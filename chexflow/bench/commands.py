@@ -72,8 +72,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if "cluster-faults" in wanted:  # its own table (chexflow.bench.cluster_faults)
         from chexflow.bench import cluster_faults
 
-        path = cluster_faults.run(work / "cluster-faults", out,
-                                  4 if quick else cluster_faults.EPOCHS, args.kubeconfig)
+        path = cluster_faults.run(work / "cluster-faults", synth_tfrecords(work, 120, 64, 64),
+                                  out, 4 if quick else cluster_faults.EPOCHS, args.kubeconfig)
         print(path.read_text())
         print(f"wrote {path}")
         wanted = [w for w in wanted if w != "cluster-faults"]
