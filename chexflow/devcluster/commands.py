@@ -209,29 +209,35 @@ def cmd_status(args: argparse.Namespace) -> int:
                  else f"running (pid {cluster.processes[name]['pid']})")
         restarts = cluster.processes.get(name, {}).get("restarts", 0)
         print(f"  {name:<24} {state:<22} restarts {restarts}")
-    redo = (f"`chexflow cluster down --dir {args.dir}` then `chexflow cluster up --dir "
-            f"{args.dir}` (resumes with the objects)")
+    verdict = _status_verdict(cluster, sorted(down), missing, keeper is not None)
+    if verdict:
+        print(verdict)
+    return 1 if verdict else 0
+
+
+def _status_verdict(cluster, down: list[str], missing: list[str], supervised: bool
+                    ) -> str | None:
+    """What is wrong with the cluster and how to recover, in one line; None when it is up as
+    asked."""
+    where = cluster.state_dir
+    redo = (f"`chexflow cluster down --dir {where}` then `chexflow cluster up --dir {where}` "
+            f"(resumes with the objects)")
     if cluster.starting():
-        print(f"starting: `chexflow cluster up` (pid {cluster.starter}) has not finished"
-              + (f"; not started yet: {', '.join(missing)}" if missing else ""))
-        return 1
+        return (f"starting: `chexflow cluster up` (pid {cluster.starter}) has not finished"
+                + (f"; not started yet: {', '.join(missing)}" if missing else ""))
     if not cluster.ready:
-        print(f"its start did not finish: the `chexflow cluster up` that started it (pid "
-              f"{cluster.starter}) is gone" + (f"; never started: {', '.join(missing)}"
-                                               if missing else "")
-              + (f"; down: {', '.join(sorted(down))}" if down else "")
-              + f"; `chexflow cluster up --dir {args.dir}` stops what is left and starts it "
-                f"again (`chexflow cluster down --dir {args.dir}` only stops it)")
-        return 1
+        return (f"its start did not finish: the `chexflow cluster up` that started it (pid "
+                f"{cluster.starter}) is gone"
+                + (f"; never started: {', '.join(missing)}" if missing else "")
+                + (f"; down: {', '.join(down)}" if down else "")
+                + f"; `chexflow cluster up --dir {where}` stops what is left and starts it "
+                  f"again (`chexflow cluster down --dir {where}` only stops it)")
     if down or missing:
-        how = ("the supervisor restarts it within seconds" if keeper and not missing else redo)
-        gone = [*sorted(down), *missing]
-        print(f"down: {', '.join(gone)}; {how}; logs in {cluster.log_dir}/")
-        return 1
-    if cluster.supervise and not keeper:
-        print(f"its supervisor is gone: nothing restarts a component that exits; {redo}")
-        return 1
-    return 0
+        how = "the supervisor restarts it within seconds" if supervised and not missing else redo
+        return f"down: {', '.join([*down, *missing])}; {how}; logs in {cluster.log_dir}/"
+    if cluster.supervise and not supervised:
+        return f"its supervisor is gone: nothing restarts a component that exits; {redo}"
+    return None
 
 
 def cmd_env(args: argparse.Namespace) -> int:
