@@ -287,13 +287,13 @@ class LocalCluster:
         holds the supervision lock throughout: a supervisor restarts nothing meanwhile, and two
         stops (a watcher's and a `cluster up`'s) do not overlap. A later start's cluster in the
         same folder is left alone."""
-        if not self.state_dir.is_dir():
-            return
-        with supervise.locked(self.state_dir):
+        present = self.state_dir.is_dir()  # else removed under it: its processes still go
+        with supervise.locked(self.state_dir) if present else contextlib.nullcontext():
             recorded = self._recorded_state()
             if recorded is not None and recorded.get("run_id", "") != self.run_id:
                 return
-            (self.state_dir / supervise.STOPPING_FILE).touch()
+            if present:
+                (self.state_dir / supervise.STOPPING_FILE).touch()
             if recorded is not None:
                 self.processes = recorded["processes"]
             for name in self._stop_order():
