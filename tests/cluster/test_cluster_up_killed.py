@@ -104,20 +104,25 @@ def test_a_cluster_up_killed_while_it_starts_leaves_nothing_running(tmp_path, po
 def test_with_its_watcher_killed_too_status_names_what_never_started_and_up_cleans_up(
         tmp_path):
     state = tmp_path / "c"
-    up, seen = _up_until(state, "kube-scheduler")
+    up, seen = _up_until(state, "kube-apiserver")  # it then waits for the apiserver's /readyz
     try:
-        watcher = json.loads((state / "supervisor.json").read_text())["pid"]
-        os.kill(watcher, signal.SIGKILL)
+        os.kill(json.loads((state / "supervisor.json").read_text())["pid"], signal.SIGKILL)
         _kill(up)
+        recorded = _recorded(state)["processes"]
         status = _cli("status", "--dir", str(state))
         assert status.returncode == 1, status.stdout
         lines = status.stdout.splitlines()
-        for name in ("kwok", "coscheduling-scheduler", "podgroup-controller", "mpi-operator",
-                     "kueue"):
+        never = [n for n in ("kube-controller-manager", "kube-scheduler", "kwok",
+                             "coscheduling-scheduler", "podgroup-controller", "mpi-operator",
+                             "kueue") if n not in recorded]
+        assert "kueue" in never and "mpi-operator" in never, recorded
+        for name in never:
             assert any(ln.split()[:3] == [name, "NOT", "STARTED"] for ln in lines), status.stdout
-        assert f"the `chexflow cluster up` that started it (pid {up.pid}) is gone" in lines[-1]
+        assert any(ln.split()[:2] == ["kube-apiserver", "running"] for ln in lines)
+        assert lines[-1].startswith(
+            f"its start did not finish: the `chexflow cluster up` that started it (pid "
+            f"{up.pid}) is gone; never started: {', '.join(never)}; "), lines[-1]
         assert f"`chexflow cluster up --dir {state}` stops what is left" in lines[-1]
-        assert "kube-apiserver" in seen and process_alive(seen["kube-apiserver"])
         again = _cli("up", "--dir", str(state), *ASKED)
         assert again.returncode == 0, again.stderr
         assert (f"stopping what an unfinished `chexflow cluster up` (pid {up.pid}) left in "
