@@ -70,13 +70,17 @@ def _left(state: Path, seen: dict[str, int]) -> list[str]:
                   | {f"pid {pid}" for pid in marked(COMPONENT_MARK, str(state))})
 
 
+def _tail(path: Path) -> str:
+    return path.read_text()[-2000:] if path.exists() else "(none)"
+
+
 def _wait_nothing_left(state: Path, seen: dict[str, int], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while (left := _left(state, seen)) or (state / "cluster.json").exists():
         assert time.monotonic() < deadline, (
             f"{timeout:.0f} s after `cluster up` was killed: {left} still running, cluster.json "
-            f"{'there' if (state / 'cluster.json').exists() else 'gone'}; "
-            f"{(state / 'logs' / 'supervisor.log').read_text()[-2000:]}")
+            f"{'there' if (state / 'cluster.json').exists() else 'gone'}; watcher's log: "
+            f"{_tail(state / 'logs' / 'supervisor.log')}")
         time.sleep(0.5)
 
 
