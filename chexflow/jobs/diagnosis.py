@@ -25,9 +25,9 @@ MAY_NOT_START = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError
 # Scheduler messages that say the cluster is full or busy, not that the spec is wrong.
 # scheduler-plugins' Coscheduling: a gang that does not fit yet ("podGroup NS/NAME failed
 # recently", "... is unschedulable even after PostFilter") waits like a pod on a full cluster;
-# "cannot find enough sibling pods" (minAvailable above the job's pods) is the spec's fault, and
-# when it asks for more pods than the workers the launcher waits for, it never clears
-# (gang_never_forms).
+# "cannot find enough sibling pods" (minAvailable above the job's pods; its message also says
+# "unschedulable even after PostFilter") is the spec's fault, and when it asks for more pods than
+# the workers the launcher waits for, it never clears (gang_never_forms).
 # A job no empty cluster could hold either is told apart at once by capacity.py (Nodes' GPUs).
 FULL_CLUSTER = ("Insufficient", "Too many pods", "free ports", "node.kubernetes.io/",
                 "were unschedulable", "unbound immediate PersistentVolumeClaims",
