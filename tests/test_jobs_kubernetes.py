@@ -480,6 +480,25 @@ def test_a_job_whose_namespace_is_deleted_under_it_is_reported_as_that(phase, sa
         "with it (the MPIJob's last condition: Failed, BackoffLimitExceeded)")
 
 
+def test_workers_deleted_with_their_terminating_namespace_end_the_wait_at_once():
+    """The namespace is being deleted, its pods go, and the MPIJob still says Running (the
+    namespace controller has not reached it): the wait ends there, naming the namespace."""
+    from chexflow.jobs.render import LAUNCHER_ROLE_LABEL
+
+    worker = {"metadata": {"name": "t-worker-0", "namespace": "team-a", "uid": "w0",
+                           "labels": {LAUNCHER_ROLE_LABEL: "worker"},
+                           "deletionTimestamp": "2026-11-22T00:00:02Z"},
+              "status": {"phase": "Running"}}
+    fake = RecordedRequestFakeKubeApi(scripts={"t": [["Created", "Running"]]},
+                                      pods={"t": [worker]}, namespaces={"team-a": "Terminating"})
+    b, out = backend(fake)
+    with pytest.raises(JobFailed) as err:
+        b.run(train_spec("t"))
+    assert str(err.value) == ("MPIJob team-a/t did not finish: namespace team-a is being "
+                              "deleted while it ran, and its pods with it")
+    assert "[t] worker pod t-worker-0 was deleted" in out.getvalue()
+
+
 def test_a_job_gone_while_waiting_is_one_line_naming_why():
     from kubernetes.client.rest import ApiException
 
@@ -504,7 +523,7 @@ def test_a_job_gone_while_waiting_is_one_line_naming_why():
     with pytest.raises(JobFailed) as err:
         b.run(train_spec("t"))
     assert str(err.value) == ("MPIJob team-a/t did not finish: namespace team-a was deleted "
-                              "while it ran, and the job with it")
+                              "while it ran, and its pods with it")
     assert not isinstance(err.value.__cause__, ApiException)
 
 

@@ -215,13 +215,9 @@ class KubernetesBackend:
         tail = self.log_tail(kind, spec.name)
         if not tail.strip() and self._failed_attempts:  # the last attempt's pod is gone
             tail = list(self._failed_attempts.values())[-1]
-        if cond["type"] == "Failed":
-            ending = self.namespace_ending()
-            if ending:  # the job's pods went with it: not the job's own failure
-                raise JobFailed(f"{kind} {self.namespace}/{spec.name} did not finish: namespace "
-                                f"{self.namespace} {ending} while it ran, and its pods with it "
-                                f"(the {kind}'s last condition: Failed, "
-                                f"{cond.get('reason') or 'no reason'})")
+        if cond["type"] == "Failed":  # the job's own failure, or its namespace's deletion?
+            self.check_namespace(kind, spec.name,
+                                 f"Failed, {cond.get('reason') or 'no reason'}")
             events = self.events(spec.name)
             if self.delete_policy == "always":
                 self.delete(kind, spec.name)
@@ -329,7 +325,10 @@ class KubernetesBackend:
                 return cond
             pods = self.pods(kind, name)
             self.note_failed_attempts(kind, name, pods)
+            seen = len(self._incidents)
             self.note_workers(name, pods)
+            if len(self._incidents) > seen:  # a worker deleted or failed: with its namespace?
+                self.check_namespace(kind, name)
             blockers = self.blockers(obj, pods)
             if not sized and any(b.unschedulable for b in blockers):
                 sized = True
@@ -366,12 +365,18 @@ class KubernetesBackend:
         except ApiException as e:
             if e.status != 404:
                 raise
+        self.check_namespace(kind, name)
+        raise JobFailed(f"{kind} {self.namespace}/{name} was deleted while it ran (not by "
+                        f"chexflow)")
+
+    def check_namespace(self, kind: str, name: str, last: str = "") -> None:
+        """JobFailed in one line when the job's namespace is being (or was) deleted: its pods
+        and the job go with it. `last`: the job's last condition, when it has one."""
         ending = self.namespace_ending()
         if ending:
             raise JobFailed(f"{kind} {self.namespace}/{name} did not finish: namespace "
-                            f"{self.namespace} {ending} while it ran, and the job with it")
-        raise JobFailed(f"{kind} {self.namespace}/{name} was deleted while it ran (not by "
-                        f"chexflow)")
+                            f"{self.namespace} {ending} while it ran, and its pods with it"
+                            + (f" (the {kind}'s last condition: {last})" if last else ""))
 
     def namespace_ending(self) -> str | None:
         """"was deleted" or "is being deleted" when the job's namespace is gone or terminating;
