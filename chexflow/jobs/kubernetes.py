@@ -308,6 +308,7 @@ class KubernetesBackend:
         last_state = last_queue = None
         blocked_since: dict[str, float] = {}  # Blocker.what -> when first seen
         sized = False  # the job's GPUs were checked against the cluster's nodes
+        incidents = 0  # worker incidents when the namespace was last looked at
         while True:
             current = self.get_while_waiting(kind, name)
             queued, last_queue = self.queued(kind, current, last_queue)
@@ -325,9 +326,9 @@ class KubernetesBackend:
                 return cond
             pods = self.pods(kind, name)
             self.note_failed_attempts(kind, name, pods)
-            seen = len(self._incidents)
             self.note_workers(name, pods)
-            if len(self._incidents) > seen:  # a worker deleted or failed: with its namespace?
+            if len(self._incidents) > incidents:  # a worker deleted or failed (here or in
+                incidents = len(self._incidents)  # the pod watch): with its namespace?
                 self.check_namespace(kind, name)
             blockers = self.blockers(obj, pods)
             if not sized and any(b.unschedulable for b in blockers):
