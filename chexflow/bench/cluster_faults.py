@@ -4,16 +4,17 @@ An MPIJob (one worker pod and its launcher on a local cluster's real node, Dense
 64 px) trains while etcd, kube-apiserver, kube-scheduler, mpi-operator, the kubelet and
 containerd are SIGKILLed one at a time (the cluster's supervisor restarts each:
 chexflow.devcluster.faults), each once an epoch has been checkpointed since the previous one was
-back. The rank runs `chexflow train`, then waits for a file written once the last fault is over:
-the job cannot end before the faults, whatever the machine's speed (a fault that comes after
-the last epoch falls in that wait, and its row has no epoch).
+healthy again, so no epoch is touched by two faults. The rank runs `chexflow train`, then waits
+for a file written once the last fault is over: the job cannot end before the faults, whatever
+the machine's speed (a fault that comes after the last epoch falls in that wait, and its row
+has no epoch).
 
 Per fault: seconds until the process was restarted and until healthy, the job's pods replaced
-or restarted, other processes restarted with it, and the seconds the epoch it fell in took
-beyond the median of the epochs no fault touched (the faults start once BASELINE_EPOCHS
-epochs are checkpointed, so there are always some). tests/cluster/test_cluster_faults_table.py
-runs the same job under the same faults and asserts behaviour only: the job ends Succeeded,
-with every epoch in a whole metrics.json.
+or restarted, other processes restarted with it, and the seconds lost: the epochs running
+between the kill and its health, beyond as many median epochs that no fault touched (the faults
+start once BASELINE_EPOCHS epochs are checkpointed, so there are always some).
+tests/cluster/test_cluster_faults_table.py runs the same job under the same faults and asserts
+behaviour only: the job ends Succeeded, with every epoch in a whole metrics.json.
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def train_under_faults(state_dir: Path, api, namespace: str, shared: Path, claim
                        faults: tuple[str, ...] = CONTROL_PLANE) -> FaultRun:
     """Run the job in `namespace` (its pods on the real node; `claim` is the host folder
     `shared`, holding tfrecords/) under the supervisor, SIGKILL each of `faults` once
-    `baseline` epochs are checkpointed, each after the next epoch (or the end of training),
-    then let the job end; return what happened."""
+    `baseline` epochs are checkpointed, each once an epoch was checkpointed after the previous
+    fault was healthy (or training is over), then let the job end; return what happened."""
     from kubernetes import client
 
     from chexflow.devcluster.controlplane import LocalCluster
@@ -168,10 +169,11 @@ def train_under_faults(state_dir: Path, api, namespace: str, shared: Path, claim
             for name in faults:
                 before = retry(lambda: _job_pods(core, namespace))
                 counts = restarts(state_dir)
-                epoch = max(ends, default=0)
                 killed_at = time.monotonic()
                 restarted, healthy = kill_component(state_dir, name)
-                _wait(f"an epoch after the {name} fault", done(epoch + 1), 600, running)
+                # the next fault falls in an epoch that began once this one was over
+                _wait(f"an epoch after the {name} fault", done(max(ends, default=0) + 1), 600,
+                      running)
                 after = retry(lambda: _job_pods(core, namespace))
                 run.rows.append({
                     "fault": name, "at": killed_at, "back": killed_at + healthy,
