@@ -13,6 +13,8 @@ mpi-operator's event). Kubernetes retries all of these, so each gets a grace per
 for what the job's spec got wrong, long when the cluster is only full.
 Stopping the process (SIGTERM: a KFP run terminated, a pod deleted; Ctrl-C) deletes the job with
 its pods (propagation Background) before it exits: nothing keeps running.
+A job whose namespace is deleted while it runs (seen when its workers go, or when it fails or
+vanishes: the namespace is read then) is reported as that, not as the job's own failure.
 
 A TrainJob's pods are its JobSet's (labelled jobset.sigs.k8s.io/jobset-name): the `launcher`
 replicated job's pod runs mpirun, the `node` pods are its workers; deleting the TrainJob deletes
