@@ -19,6 +19,11 @@ REPO = Path(__file__).resolve().parent.parent
 CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
 CLUSTER_GROUPS = ("cluster", "katib")  # xdist groups of tests/cluster, one worker each
 
+# The images every command names come from `chexflow images push`'s references file when there
+# is one (chexflow.container_images); a user's pushes must not reach the tests (the committed
+# artefacts are checked against the placeholders), and a test that pushes names its own file.
+os.environ["CHEXFLOW_IMAGES_FILE"] = str(REPO / ".cache" / "no-pushed-images.json")
+
 # A suite started in the background by a non-interactive shell (`make test &`) inherits SIGINT
 # ignored, and so would every command the tests start: the Ctrl-C tests need it delivered.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

@@ -6,6 +6,9 @@
     chexflow cluster down               # a later `up` resumes it with its objects (--fresh: not)
     chexflow images build trainer --load     # build (cached by content), load into the cluster
     chexflow images build katib              # Katib's five images (katib_images.py)
+    chexflow images push --registry HOST[:PORT]/PREFIX   # pushed, pinned by digest (push.py)
+    chexflow images render [--out DIR]       # the artefacts for the pushed images
+    chexflow images pull-secret --name N     # a pull Secret from the push's credentials
 """
 
 
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 from chexflow.devcluster import katib_images
-from chexflow.devcluster.images import IMAGE_NAMES, ImageBuildError
+from chexflow.devcluster.images import DEFAULT_NAMES, IMAGE_NAMES, ImageBuildError
 
 DEFAULT_DIR = Path(os.environ.get("CHEXFLOW_CLUSTER_DIR",
                                   Path.home() / ".cache" / "chexflow" / "cluster"))
@@ -282,12 +285,79 @@ def _register_images(subparsers: argparse._SubParsersAction) -> None:
     build = sub.add_parser("build", help="build (or reuse) images; prints name and archive")
     build.add_argument("names", nargs="*", metavar="NAME",
                        help=f"images to build: {', '.join(IMAGE_NAMES)}, or {katib_images.GROUP} "
-                            f"for all {len(katib_images.IMAGES)} Katib images (default: all)")
+                            f"for all {len(katib_images.IMAGES)} Katib images (default: all but "
+                            "trainer-gpu, which needs network access to its CUDA bases)")
     build.add_argument("--load", action="store_true",
                        help="load them into the real node's containerd of the cluster in --dir")
     build.add_argument("--dir", type=Path, default=DEFAULT_DIR,
                        help=f"the cluster's state folder for --load (default {DEFAULT_DIR})")
     build.set_defaults(func=cmd_images_build)
+    _register_push(sub)
+    _register_render(sub)
+    _register_pull_secret(sub)
+
+
+def _register_push(sub: argparse._SubParsersAction) -> None:
+    from chexflow.container_images import images_file
+    from chexflow.devcluster.push import DEFAULT_PUSH, PUSHABLE
+
+    push = sub.add_parser(
+        "push", help="push built images to a registry; prints and records their references "
+        "pinned by digest",
+        description="Push the images built for this tree (chexflow images build; never builds) "
+                    "with podman, then write their digest-pinned references to "
+                    f"{images_file()} (CHEXFLOW_IMAGES_FILE), which chexflow compile, images "
+                    "render, mpijob, run --backend kubernetes and tune --cluster then use.")
+    push.add_argument("names", nargs="*", metavar="NAME",
+                      help=f"of {', '.join(PUSHABLE)} (default: {', '.join(DEFAULT_PUSH)}, and "
+                           "trainer-gpu where it was built)")
+    push.add_argument("--registry", required=True, metavar="HOST[:PORT]/PREFIX",
+                      help="where: each image goes to HOST[:PORT]/PREFIX/NAME:TAG")
+    push.add_argument("--tag", default=None,
+                      help="the tag (default: each image's content key, as built)")
+    push.add_argument("--authfile", type=Path, default=None,
+                      help="credentials (containers-auth.json); default: REGISTRY_AUTH_FILE, "
+                           "else podman's and docker's usual files")
+    push.add_argument("--ca-file", type=Path, default=None,
+                      help="the CA that signed the registry's certificate, if not a public one")
+    push.set_defaults(func=cmd_images_push)
+
+
+def _register_render(sub: argparse._SubParsersAction) -> None:
+    render = sub.add_parser(
+        "render", help="write the pipelines, components, TrainJob runtime, Katib trial "
+        "templates and specs for the chosen images",
+        description="Every artefact a cluster is given, with the images chexflow.container_"
+                    "images chooses (the references of `chexflow images push`, or "
+                    "CHEXFLOW_TRAINER_IMAGE/CHEXFLOW_LAUNCHER_IMAGE, or "
+                    "CHEXFLOW_IMAGE_REGISTRY/CHEXFLOW_IMAGE_TAG): pipelines/*.yaml, "
+                    "components/*.yaml, trainjob/horovod-runtime.yaml, "
+                    "katib/trial-templates.yaml and katib/specs/*.yaml.")
+    render.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="write them under DIR (pipelines/, components/, trainjob/, katib/); "
+                             "default: the project's own folders, in place")
+    render.set_defaults(func=cmd_images_render)
+
+
+def _register_pull_secret(sub: argparse._SubParsersAction) -> None:
+    secret = sub.add_parser(
+        "pull-secret", help="print (or create) the image pull Secret of the pushed images' "
+        "registry, for --image-pull-secret",
+        description="A kubernetes.io/dockerconfigjson Secret holding the credentials podman "
+                    "pushed with (--authfile, REGISTRY_AUTH_FILE, podman's and docker's files) "
+                    "for the registry of the references file; jobs name it with "
+                    "--image-pull-secret NAME (pipelines: image_pull_secrets).")
+    secret.add_argument("--name", required=True, help="the Secret's name")
+    secret.add_argument("--namespace", default=None, help="its namespace (default: none "
+                        "written, or the kubeconfig's with --apply)")
+    secret.add_argument("--registry", default=None, metavar="HOST[:PORT]",
+                        help="default: the registry of the references file")
+    secret.add_argument("--authfile", type=Path, default=None,
+                        help="default: REGISTRY_AUTH_FILE, else podman's and docker's files")
+    secret.add_argument("--apply", action="store_true",
+                        help="create or replace it in the cluster of KUBECONFIG instead of "
+                             "printing it")
+    secret.set_defaults(func=cmd_images_pull_secret)
 
 
 def image_names(requested: list[str]) -> list[str]:
@@ -297,7 +367,7 @@ def image_names(requested: list[str]) -> list[str]:
         raise ImageBuildError(f"unknown image(s) {', '.join(unknown)}: expected "
                               f"{', '.join(IMAGE_NAMES)} or {katib_images.GROUP}")
     names: list[str] = []
-    for n in requested or list(IMAGE_NAMES):
+    for n in requested or list(DEFAULT_NAMES):
         for name in katib_images.IMAGES if n == katib_images.GROUP else [n]:
             if name not in names:
                 names.append(name)
@@ -326,4 +396,40 @@ def cmd_images_build(args: argparse.Namespace) -> int:
             print(f"{image.name}: loaded into {node.name}'s containerd {node.containerd_socket}",
                   file=sys.stderr)
         print(image.ref)
+    return 0
+
+
+def cmd_images_push(args: argparse.Namespace) -> int:
+    from chexflow.container_images import images_file
+    from chexflow.devcluster.push import push
+
+    done = push(args.names, args.registry, args.tag, args.authfile, args.ca_file)
+    for pushed in done:
+        print(f"{pushed.name}: pushed in {pushed.seconds:.0f} s", file=sys.stderr)
+        print(pushed.reference)
+    print(f"references written to {images_file()}", file=sys.stderr)
+    return 0
+
+
+def cmd_images_render(args: argparse.Namespace) -> int:
+    from chexflow.container_images import image_source
+    from chexflow.devcluster.render import render_all
+
+    print(f"images chosen by {image_source()}", file=sys.stderr)
+    for path in render_all(args.out):
+        print(path)
+    return 0
+
+
+def cmd_images_pull_secret(args: argparse.Namespace) -> int:
+    import yaml
+
+    from chexflow.devcluster.push import apply_secret, pull_secret
+
+    secret = pull_secret(args.name, args.namespace, args.registry, args.authfile)
+    if not args.apply:
+        yaml.safe_dump(secret, sys.stdout, sort_keys=False)
+        return 0
+    where = apply_secret(secret)
+    print(f"Secret {where} of type kubernetes.io/dockerconfigjson applied", file=sys.stderr)
     return 0

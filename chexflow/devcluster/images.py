@@ -22,6 +22,7 @@ import fcntl
 import fnmatch
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,13 @@ BUILD_PIP_CERT = "/run/chexflow-pip-cert.pem"
 # images made from another of ours: name -> (parent, build argument naming it); the context is
 # images/<name>/ alone
 DERIVED = {"earlystopping": ("launcher", "LAUNCHER_IMAGE")}
-IMAGE_NAMES = (*DOCKERFILES, *DERIVED, *katib.IMAGES)
+# the GPU trainer: the trainer's Dockerfile on its own CUDA bases (the Dockerfile's defaults),
+# pulled from their registry: built only where the network reaches it
+GPU_IMAGES = {"trainer-gpu": "trainer"}
+GPU_BASE_ARGS = ("CUDA_IMAGE", "RUNTIME_IMAGE")
+# what `chexflow images build` builds unless told: all that builds without network access
+DEFAULT_NAMES = (*DOCKERFILES, *DERIVED, *katib.IMAGES)
+IMAGE_NAMES = (*DEFAULT_NAMES, *GPU_IMAGES)
 PODMAN_CONF = """[containers]
 # no CAP_SYS_RESOURCE here: raising an rlimit fails, so none is set
 default_ulimits = []
@@ -127,14 +134,18 @@ class Podman:
         return {**os.environ, "CONTAINERS_CONF": str(conf),
                 "CONTAINERS_STORAGE_CONF": str(storage)}
 
-    def run(self, *args: str, stdin=None, quiet: bool = False) -> subprocess.CompletedProcess:
+    def run(self, *args: str, stdin=None, quiet: bool = False, check: bool = True
+            ) -> subprocess.CompletedProcess:
+        """podman ARGS (output captured when `quiet`; never reading this terminal unless given
+        `stdin`); ImageBuildError naming it when it fails, unless not `check`."""
         if shutil.which("podman") is None:
             raise ImageBuildError("podman not found: run images/install-system.sh "
                                   "(Debian packages podman buildah debootstrap)")
         out = subprocess.PIPE if quiet else sys.stderr
-        proc = subprocess.run(["podman", *args], env=self.env(), stdin=stdin, stdout=out,
+        proc = subprocess.run(["podman", *args], env=self.env(),
+                              stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=out,
                               stderr=subprocess.PIPE if quiet else sys.stderr, text=True)
-        if proc.returncode != 0:
+        if proc.returncode != 0 and check:
             detail = (proc.stderr or "").strip().splitlines()[-1:] if quiet else []
             raise ImageBuildError(f"`podman {' '.join(args[:2])} ...` exited {proc.returncode}"
                                   + (f": {detail[0]}" if detail else " (see the output above)"))
@@ -204,15 +215,14 @@ def _build_image(name: str, root: Path) -> BuiltImage:
         return _build_katib(name, root)
     if name in DERIVED:
         return _build_derived(name, root)
-    if name not in DOCKERFILES:
+    if name not in DOCKERFILES and name not in GPU_IMAGES:
         raise ImageBuildError(f"unknown image {name!r}: expected one of {', '.join(IMAGE_NAMES)}")
     start = time.monotonic()
-    args = {**dict.fromkeys(BASE_ARGS[name], base_ref()), **EXTRA_ARGS[name]}
-    key = content_key(name, args, root)
-    archive = cache_root() / "images" / f"{name}-{key}.tar"
-    if archive.exists():
-        return BuiltImage(name, f"{LOCAL_REGISTRY}/{name}:{key}", archive,
-                          time.monotonic() - start, cached=True)
+    found = built_image(name, root)
+    if found is not None:
+        return found
+    args = build_args(name)
+    key = image_key(name, root)
     wheels = cache_root() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     # the Horovod wheel `make setup` built, where install-trainer.sh looks for it
@@ -221,24 +231,80 @@ def _build_image(name: str, root: Path) -> BuiltImage:
     if cert and Path(cert).is_file():  # pip behind this machine's TLS-intercepting proxy
         volumes += ["-v", f"{Path(cert).resolve()}:{BUILD_PIP_CERT}:ro"]
         args = {**args, "PIP_CERT": BUILD_PIP_CERT}
-    return _podman_build(name, key, root / DOCKERFILES[name], root, args, volumes, start)
+    dockerfile = root / DOCKERFILES[GPU_IMAGES.get(name, name)]
+    if name in GPU_IMAGES:
+        _pull_gpu_bases(name, dockerfile)
+    return _podman_build(name, key, dockerfile, root, args, volumes, start,
+                         on_debian=name not in GPU_IMAGES)
+
+
+def build_args(name: str) -> dict[str, str]:
+    """The build arguments of image `name` here: the Debian base for its base images and the
+    CPU TensorFlow for the trainer; none for a GPU image (the Dockerfile's CUDA bases)."""
+    if name in GPU_IMAGES:
+        return {}
+    return {**dict.fromkeys(BASE_ARGS[name], base_ref()), **EXTRA_ARGS[name]}
+
+
+def image_key(name: str, root: Path = REPO_ROOT) -> str:
+    """The content key of image `name` (the trainer, launcher, GPU trainer or a derived one),
+    computed without building anything."""
+    if name in DERIVED:
+        parent, arg = DERIVED[name]
+        args = {arg: f"{LOCAL_REGISTRY}/{parent}:{image_key(parent, root)}"}
+        return content_key(name, args, root / "images" / name)
+    if name not in DOCKERFILES and name not in GPU_IMAGES:
+        raise ImageBuildError(f"image {name!r}: its key is known only for "
+                              f"{', '.join((*DOCKERFILES, *DERIVED, *GPU_IMAGES))}")
+    return content_key(name, build_args(name), root)
+
+
+def built_image(name: str, root: Path = REPO_ROOT) -> BuiltImage | None:
+    """Image `name` as built for this tree (its cached archive), or None when it never was."""
+    start = time.monotonic()
+    key = image_key(name, root)
+    archive = cache_root() / "images" / f"{name}-{key}.tar"
+    if not archive.exists():
+        return None
+    return BuiltImage(name, f"{LOCAL_REGISTRY}/{name}:{key}", archive,
+                      time.monotonic() - start, cached=True)
+
+
+def _pull_gpu_bases(name: str, dockerfile: Path) -> None:
+    """The GPU image's CUDA bases in podman's storage, pulled when absent; ImageBuildError in
+    one line where they cannot be (a machine without network access, as the test machine)."""
+    podman = Podman(cache_root() / "podman")
+    text = dockerfile.read_text()
+    for arg in GPU_BASE_ARGS:
+        m = re.search(rf"^ARG {arg}=(\S+)$", text, re.M)
+        if m is None:
+            raise ImageBuildError(f"{dockerfile}: no `ARG {arg}=IMAGE` line")
+        if podman.exists(m.group(1)):
+            continue
+        try:
+            podman.run("pull", "--quiet", m.group(1), quiet=True)
+        except ImageBuildError as e:
+            raise ImageBuildError(
+                f"{name} cannot be built on this machine: its CUDA base {m.group(1)} is not in "
+                f"podman's storage and cannot be pulled ({e}); build and push it where the "
+                f"network reaches its registry: chexflow images build {name} && chexflow "
+                f"images push {name} --registry HOST[:PORT]/PREFIX") from None
 
 
 def _build_derived(name: str, root: Path) -> BuiltImage:
     """images/<name>/Dockerfile on our own image DERIVED[name] (built or cached first, and in
     podman's storage); the key covers the parent's reference, so its content too."""
     start = time.monotonic()
+    found = built_image(name, root)
+    if found is not None:
+        return found
     parent_name, arg = DERIVED[name]
     parent = build_image(parent_name, root)
     args = {arg: parent.ref}
     context = root / "images" / name
-    key = content_key(name, args, context)
-    archive = cache_root() / "images" / f"{name}-{key}.tar"
-    if archive.exists():
-        return BuiltImage(name, f"{LOCAL_REGISTRY}/{name}:{key}", archive,
-                          time.monotonic() - start, cached=True)
     Podman(cache_root() / "podman").ensure_loaded(parent)
-    return _podman_build(name, key, context / "Dockerfile", context, args, [], start)
+    return _podman_build(name, image_key(name, root), context / "Dockerfile", context, args, [],
+                         start)
 
 
 def _build_katib(name: str, root: Path) -> BuiltImage:
@@ -259,11 +325,13 @@ def _build_katib(name: str, root: Path) -> BuiltImage:
 
 
 def _podman_build(name: str, key: str, dockerfile: Path, context: Path, args: dict[str, str],
-                  volumes: list[str], start: float) -> BuiltImage:
+                  volumes: list[str], start: float, on_debian: bool = True) -> BuiltImage:
     """podman build -> `chexflow.local/<name>:<key>`, saved as `<cache>/images/<name>-<key>.tar`
-    (replacing older archives of that name)."""
+    (replacing older archives of that name). `on_debian`: its bases are the Debian base
+    (made first), else they are in podman's storage already."""
     podman = Podman(cache_root() / "podman")
-    base_image(podman)
+    if on_debian:
+        base_image(podman)
     ref = f"{LOCAL_REGISTRY}/{name}:{key}"
     # docker format: the Dockerfiles' SHELL (bash -o pipefail) is an instruction OCI lacks
     cmd = ["build", "--pull=never", "--network=host", "--layers", "--format=docker", "-f",
