@@ -80,6 +80,7 @@ from chexflow.jobs.trainjob import (
     TRAINJOB_PLURAL,
     TRAINJOB_VERSION,
     render_trainjob,
+    runtime_image_mismatch,
 )
 from chexflow.kube import (
     TRANSIENT_STATUS,
@@ -191,7 +192,7 @@ class KubernetesBackend:
         obj = self.render(spec)
         kind = obj["kind"]
         if kind == "TrainJob":  # before anything is created: nothing to delete then
-            self.check_runtime(obj["spec"]["runtimeRef"]["name"])
+            self.check_runtime(obj["spec"]["runtimeRef"]["name"], obj)
         start = self.clock()
         self._failed_attempts, self._incidents, self._workers = {}, {}, {}
         if self.options.queue:  # before anything is created
@@ -273,14 +274,15 @@ class KubernetesBackend:
                 ) from None
             self._log(name, f"{kind} {self.namespace}/{name} already exists: waiting on it")
 
-    def check_runtime(self, runtime: str) -> None:
+    def check_runtime(self, runtime: str, trainjob: dict[str, Any]) -> None:
         """KubernetesError in one line when ClusterTrainingRuntime `runtime` is missing (Trainer's
-        webhook would refuse the TrainJob with a long dump of its runtimeRef)."""
+        webhook would refuse the TrainJob with a long dump of its runtimeRef), or runs its node
+        pods in another image than the TrainJob's launcher (trainjob.runtime_image_mismatch)."""
         from kubernetes.client.rest import ApiException
 
         try:
-            self._call(self.custom.get_cluster_custom_object, TRAINJOB_GROUP, TRAINJOB_VERSION,
-                       RUNTIME_PLURAL, runtime)
+            found = self._call(self.custom.get_cluster_custom_object, TRAINJOB_GROUP,
+                               TRAINJOB_VERSION, RUNTIME_PLURAL, runtime)
         except ApiException as e:
             if e.status == 404 and f'"{runtime}" not found' not in api_message(e):
                 raise KubernetesError("the cluster has no Kubeflow Trainer v2 (no "
@@ -292,6 +294,9 @@ class KubernetesBackend:
                                       "chexflow's trainjob/)") from None
             raise KubernetesError(f"reading ClusterTrainingRuntime {runtime}: HTTP {e.status} "
                                   f"{e.reason}: {api_message(e)}") from None
+        mismatch = runtime_image_mismatch(found, trainjob)
+        if mismatch:
+            raise KubernetesError(mismatch)
 
     def get(self, kind: str, name: str) -> dict[str, Any]:
         if kind in CUSTOM_KINDS:

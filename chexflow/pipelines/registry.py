@@ -22,11 +22,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from chexflow.container_images import check_reference
 from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
 from chexflow.folders import writable_folder
 
 PIPELINES_DIR_ENV = "CHEXFLOW_PIPELINES_DIR"
+RENDER_COMMAND = "chexflow compile --out DIR"
 
 
 def pipelines_dir() -> Path:
@@ -258,6 +260,9 @@ def compile_pipeline(name: str, out_dir: Path | None = None, trainer_image: str 
 
     out_dir = Path(out_dir or pipelines_dir())
     writable_folder(out_dir, "--out")
+    for given, flag in ((trainer_image, "--trainer-image"), (launcher_image, "--launcher-image")):
+        if given:
+            check_reference(given, flag)
     path = out_dir / f"{name}.yaml"
     compiler.Compiler().compile(build(name, trainer_image, launcher_image), str(path))
     if launcher_image:  # the components' own image (their base_image is fixed at import)
@@ -265,7 +270,17 @@ def compile_pipeline(name: str, out_dir: Path | None = None, trainer_image: str 
         for executor in docs[0]["deploymentSpec"]["executors"].values():
             executor["container"]["image"] = launcher_image
         path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    _add_header(path, ("trainer", "launcher"), trainer_image, launcher_image)
     return path
+
+
+def _add_header(path: Path, roles: tuple[str, ...], trainer_image: str | None = None,
+                launcher_image: str | None = None) -> None:
+    """The compiled file's first lines: which images it names (container_images.header_lines)."""
+    from chexflow.container_images import header_lines
+
+    given = {"trainer": trainer_image, "launcher": launcher_image}
+    path.write_text(header_lines(RENDER_COMMAND, roles, given) + path.read_text())
 
 
 def compile_components(out_dir: Path | None = None) -> list[Path]:
@@ -283,5 +298,6 @@ def compile_components(out_dir: Path | None = None) -> list[Path]:
         if isinstance(component, BaseComponent) and attr.endswith("_op"):
             path = out_dir / f"{attr.removesuffix('_op').replace('_', '-')}.yaml"
             compiler.Compiler().compile(component, str(path))
+            _add_header(path, ("launcher",))
             paths.append(path)
     return paths
