@@ -24,10 +24,12 @@ import base64
 import json
 import os
 import re
-import socket
+import ssl
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,16 +100,26 @@ def auth_files(authfile: Path | None) -> list[Path]:
 
 
 def stored_login(address: str, authfile: Path | None) -> tuple[str, str, Path] | None:
-    """(user, password, file) of the first auth file holding `address`'s `auth` entry."""
+    """(user, password, file) of the first auth file holding `address`'s `auth` entry; a file
+    that exists but is not an auth file is an error naming it (podman would fail on it too)."""
     for path in auth_files(authfile):
-        try:
-            auths = json.loads(path.read_text()).get("auths", {})
-        except (OSError, ValueError, AttributeError):
+        if not path.is_file():
+            if authfile is not None:
+                raise PushError(f"--authfile {path}: no such file")
             continue
-        entry = auths.get(address) or auths.get(f"https://{address}")
-        if isinstance(entry, dict) and entry.get("auth"):
-            user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-            return user, password, path
+        try:
+            auths = json.loads(path.read_text()).get("auths") or {}
+            entry = auths.get(address) or auths.get(f"https://{address}") or {}
+            if not entry.get("auth"):
+                continue
+            user, colon, password = base64.b64decode(entry["auth"], validate=True).decode(
+                ).partition(":")
+        except (OSError, ValueError, AttributeError) as e:
+            raise PushError(f"{path}: not a containers-auth.json file ({e}): expected "
+                            '{"auths": {"HOST:PORT": {"auth": base64("USER:PASSWORD")}}}') from None
+        if not colon:
+            raise PushError(f"{path}: auths.{address}.auth is not base64 of USER:PASSWORD")
+        return user, password, path
     return None
 
 
@@ -115,8 +127,6 @@ def _cert_dir(ca_file: Path | None, into: Path) -> Path | None:
     """A folder holding `ca_file` as ca.crt, for podman's --cert-dir."""
     if ca_file is None:
         return None
-    if not ca_file.is_file():
-        raise PushError(f"--ca-file {ca_file}: no such file")
     into.mkdir(parents=True, exist_ok=True)
     (into / "ca.crt").write_bytes(ca_file.read_bytes())
     return into
@@ -127,34 +137,53 @@ def _podman_options(authfile: Path | None, cert_dir: Path | None) -> list[str]:
             *(["--cert-dir", str(cert_dir)] if cert_dir else [])]
 
 
-def check_registry(dest: Destination, authfile: Path | None, cert_dir: Path | None) -> None:
-    """PushError in one line unless something answers on the registry's address and podman
-    logs in there with the stored credentials."""
-    port = dest.port or 443
+def _v2_status(dest: Destination, ca_file: Path | None, basic: str | None
+               ) -> tuple[int, str]:
+    """(HTTP status, WWW-Authenticate) of GET https://HOST[:PORT]/v2/, the registry API's
+    version check; PushError in one line when nothing answers there or TLS fails."""
+    context = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    request = urllib.request.Request(f"https://{dest.address}/v2/")
+    if basic:
+        request.add_header("Authorization", f"Basic {basic}")
     try:
-        with socket.create_connection((dest.host.strip("[]"), port), CONNECT_TIMEOUT):
-            pass
-    except OSError as e:
-        raise PushError(f"registry {dest.address} does not answer ({e.strerror or e}); "
-                        "nothing was pushed") from None
-    if authfile is not None and not authfile.is_file():
-        raise PushError(f"--authfile {authfile}: no such file; nothing was pushed")
-    if stored_login(dest.address, authfile) is None:
+        with urllib.request.urlopen(request, timeout=CONNECT_TIMEOUT, context=context) as r:
+            return r.status, ""
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("WWW-Authenticate", "")
+    except (urllib.error.URLError, OSError) as e:
+        reason = getattr(e, "reason", e)
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            raise PushError(f"registry {dest.address}: its certificate is not trusted "
+                            f"({reason.verify_message}): give the CA that signed it with "
+                            "--ca-file; nothing was pushed") from None
+        raise PushError(f"registry {dest.address} does not answer on https://{dest.address}/v2/ "
+                        f"({getattr(reason, 'strerror', None) or reason}); nothing was pushed"
+                        ) from None
+
+
+def check_registry(dest: Destination, authfile: Path | None, ca_file: Path | None) -> None:
+    """PushError in one line unless the registry answers over TLS and, when it asks for a
+    login, takes the stored one (checked here for basic auth; a token service is left to
+    podman's push)."""
+    status, challenge = _v2_status(dest, ca_file, None)
+    if status == 200:
+        return
+    if status != 401:
+        raise PushError(f"registry {dest.address}: GET /v2/ answered HTTP {status}, not an "
+                        "OCI registry's 200 or 401; nothing was pushed")
+    login = stored_login(dest.address, authfile)
+    if login is None:
         files = ", ".join(str(p) for p in auth_files(authfile))
-        raise PushError(f"no credentials for {dest.address} in {files}: `podman login "
-                        f"{dest.address}` (or give --authfile); nothing was pushed")
-    proc = Podman(images_cache() / "podman").run(
-        "login", *_podman_options(authfile, cert_dir), dest.address, quiet=True,
-        check=False)
-    if proc.returncode != 0:
-        out = f"{proc.stdout}\n{proc.stderr}"
-        if "Existing credentials are invalid" in out:
-            raise PushError(f"registry {dest.address} refused the stored credentials "
-                            f"({stored_login(dest.address, authfile)[2]}): wrong user or "
-                            "password; nothing was pushed")
-        raise PushError(f"logging in to {dest.address}: {_error_line(out)}"
-                        + ("; give the registry's CA with --ca-file" if "x509" in out else "")
-                        + "; nothing was pushed")
+        raise PushError(f"registry {dest.address} asks for a login and none is stored for it in "
+                        f"{files}: `podman login {dest.address}` (or give --authfile); nothing "
+                        "was pushed")
+    if not challenge.lower().startswith("basic"):
+        return
+    user, password, path = login
+    basic = base64.b64encode(f"{user}:{password}".encode()).decode()
+    if _v2_status(dest, ca_file, basic)[0] == 401:
+        raise PushError(f"registry {dest.address} refused the login of {path} (user {user!r}): "
+                        "wrong user or password; nothing was pushed")
 
 
 def _error_line(output: str) -> str:
@@ -237,9 +266,11 @@ def push(requested: list[str], registry: str, tag: str | None = None,
     if never:
         raise PushError(f"not built for this tree: {', '.join(never)}: `chexflow images build "
                         f"{' '.join(never)}` first; nothing was pushed")
+    if ca_file is not None and not ca_file.is_file():
+        raise PushError(f"--ca-file {ca_file}: no such file; nothing was pushed")
+    check_registry(dest, authfile, ca_file)
     with tempfile.TemporaryDirectory(prefix="chexflow-push-") as tmp:
         cert_dir = _cert_dir(ca_file, Path(tmp) / "certs")
-        check_registry(dest, authfile, cert_dir)
         done = []
         for name in names:
             print(f"pushing {name} to {dest.repository(name)} ...", file=sys.stderr, flush=True)
