@@ -145,6 +145,17 @@ def node_client(pki: PKI, node: str) -> str:
     return stem
 
 
+def server_cert(pki: PKI, stem: str, common_name: str, sans: str) -> tuple[Path, Path]:
+    """<stem>.crt and <stem>.key: a serving certificate of the CA for `sans` (openssl's
+    subjectAltName, e.g. `IP:10.0.0.5`), made when missing or made for other names."""
+    crt, key, sans_file = (pki.dir / f"{stem}.{s}" for s in ("crt", "key", "sans"))
+    if not crt.exists() or not sans_file.exists() or sans_file.read_text() != sans:
+        _signed_cert(pki, stem, f"/CN={common_name}",
+                     "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
+                     f"keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName={sans}\n")
+        sans_file.write_text(sans)
+    return crt, key
+
 def write_kubeconfig(path: Path, server: str, pki: PKI, client: str,
                      context: str = "chexflow-local") -> Path:
     """A kubeconfig for `server` authenticating with the named client certificate."""
