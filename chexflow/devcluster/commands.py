@@ -99,6 +99,8 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--kueue", action="store_true", help="also Kueue's manager")
     build.add_argument("--coscheduling", action="store_true",
                        help="also scheduler-plugins' Coscheduling scheduler")
+    build.add_argument("--registry", action="store_true",
+                       help="also distribution's OCI registry (devcluster/registry.py)")
     build.set_defaults(func=cmd_cluster_build)
 
 
@@ -272,6 +274,10 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
         from chexflow.devcluster import coscheduling
 
         print(coscheduling.ensure_binaries())
+    if args.registry:
+        from chexflow.devcluster import registry
+
+        print(registry.ensure_binaries())
     return 0
 
 
