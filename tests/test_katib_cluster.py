@@ -332,3 +332,23 @@ def test_a_failed_attempt_is_reported_by_its_ranks_error_line_not_mpiruns_last_w
     assert failure_line("I1126 09:07:01.123456      12 main.go:142] sh: 1: boom: not found\n") \
         == "sh: 1: boom: not found"
     assert failure_line("\n \n") == ""
+
+
+def test_tune_cluster_sends_the_pushed_images_in_the_trialspec_and_the_configmap(
+        tmp_path, monkeypatch):
+    """The shipped specs and trial templates name the placeholder trainer image; what is sent
+    to a cluster names the references `chexflow images push` recorded, inline or in the
+    ConfigMap the sweep writes."""
+    pushed = "reg.example:5000/team/trainer:abc@sha256:" + "b" * 64
+    refs = tmp_path / "pushed.json"
+    refs.write_text(json.dumps({"registry": "reg.example:5000/team",
+                                "images": {"trainer": pushed}}))
+    monkeypatch.setenv("CHEXFLOW_IMAGES_FILE", str(refs))
+    inline_sent = cluster_experiment(load_experiment(SPEC), "team-a", [], {})
+    assert {c["image"] for pod in pod_specs(inline_sent).values()
+            for c in pod["containers"]} == {pushed}
+    by_ref = cluster_experiment(load_experiment(configmap_spec("chexnet-random", tmp_path)),
+                                "team-a", [], {})
+    text = by_ref.config_map.config_map["data"]["chexnet-mpijob.yaml"]
+    assert pushed in text and "ghcr.io/chexflow" not in text
+    assert "ghcr.io/chexflow" not in json.dumps(by_ref.config_map.trial_spec)

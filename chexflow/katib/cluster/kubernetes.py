@@ -44,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
+from chexflow.container_images import with_chosen_images
 from chexflow.errors import ChexflowError
 from chexflow.jobs.diagnosis import ended_attempts, pod_blockers
 from chexflow.jobs.render import JOB_NAME_LABEL
@@ -172,8 +173,10 @@ def parse_claims(items: list[str]) -> dict[str, str]:
 def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[str],
                        claims: dict[str, str]) -> Experiment:
     """The Experiment to create: `exp` (--set applied) in `namespace`, with --trial-arg set in
-    the primary container's command and --volume claims in the trialSpec. The spec is parsed
-    once per command: only a trialSpec that --trial-arg/--volume changed is checked again."""
+    the primary container's command and --volume claims in the trialSpec, and the chosen
+    images (with_images). The spec is parsed once per command: only a trialSpec that
+    --trial-arg/--volume changed is checked again."""
+    exp = with_images(exp)
     body = copy.deepcopy(exp.raw)
     template = body["spec"]["trialTemplate"]
     ref = template.get("configMap")
@@ -210,6 +213,21 @@ def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[
         changed = " ".join([*(f"--trial-arg {a}" for a in trial_args),
                             *(f"--volume {k}={v}" for k, v in claims.items())])
         raise ClusterError(f"with {changed}: {e}") from None
+
+
+def with_images(exp: Experiment) -> Experiment:
+    """`exp` with the placeholder images the committed specs and trial templates name replaced
+    by the chosen ones (chexflow.container_images: `chexflow images push`'s references, or
+    CHEXFLOW_IMAGE_REGISTRY/CHEXFLOW_IMAGE_TAG...), in its trialSpec and its ConfigMap's."""
+    raw = with_chosen_images(exp.raw)
+    if raw is exp.raw:  # the placeholders are the chosen images
+        return exp
+    found = exp.config_map
+    if found is not None:
+        found = dataclasses.replace(found, config_map=with_chosen_images(found.config_map),
+                                    trial_spec=with_chosen_images(found.trial_spec))
+    return dataclasses.replace(exp, raw=raw, trial_template=raw["spec"]["trialTemplate"],
+                               config_map=found)
 
 
 def _set_trial_args(container: dict, trial_args: list[str], head: str) -> None:
