@@ -164,3 +164,36 @@ def test_image_names_come_from_one_module(monkeypatch):
     monkeypatch.setenv(images.TRAINER_IMAGE_ENV, "Trainer Image")
     with pytest.raises(images.InvalidImage, match="CHEXFLOW_TRAINER_IMAGE='Trainer Image'"):
         images.trainer_image()
+
+
+def test_committed_artefacts_say_their_images_are_placeholders_in_their_first_lines():
+    committed = [*REPO.glob("pipelines/*.yaml"), *REPO.glob("components/*.yaml"),
+                 REPO / "trainjob" / "horovod-runtime.yaml",
+                 REPO / "katib" / "trial-templates.yaml", *REPO.glob("katib/specs/*.yaml")]
+    naming = [p for p in committed if "ghcr.io/chexflow/" in p.read_text()]
+    assert len(naming) >= 15
+    for path in naming:
+        head = path.read_text().splitlines()[:3]
+        assert "PLACEHOLDER" in head[0] and "ErrImagePull" in head[1], path
+        assert "chexflow images push --registry HOST[:PORT]/PREFIX, then chexflow" in head[2]
+
+
+def test_images_render_with_registry_and_tag_names_them_in_every_artefact(tmp_path):
+    from tests.conftest import run_chexflow
+
+    out = tmp_path / "rendered"
+    proc = run_chexflow("images", "render", "--out", out, "--registry", "reg.example:5000/ml",
+                        "--tag", "v7")
+    assert proc.stderr.splitlines()[0] == "images chosen by --registry and --tag"
+    texts = {p: p.read_text() for p in out.rglob("*.yaml")}
+    assert len(texts) == len(proc.stdout.split()) >= 15
+    assert not [p for p, text in texts.items() if "ghcr.io/chexflow" in text]
+    runtime = texts[out / "trainjob" / "horovod-runtime.yaml"]
+    assert runtime.count("image: reg.example:5000/ml/trainer:v7") == 2  # node and launcher
+    assert "reg.example:5000/ml/launcher:v7" in texts[out / "pipelines" / "chexnet-train.yaml"]
+    proc = run_chexflow("images", "render", "--out", tmp_path / "bad", "--tag", "v 7",
+                        check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "chexflow images: error: --registry/--tag='ghcr.io/chexflow/trainer:v 7' is not an "
+        "image reference: expected [registry/]name:tag or "
+        "name@sha256:digest such as reg.example.org/chexflow/trainer:0.1.0 (lower-case name)"]

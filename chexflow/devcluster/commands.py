@@ -342,6 +342,12 @@ def _register_render(sub: argparse._SubParsersAction) -> None:
     render.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="write them under DIR (pipelines/, components/, trainjob/, katib/); "
                              "default: the project's own folders, in place")
+    render.add_argument("--registry", metavar="HOST[:PORT]/PREFIX", default=None,
+                        help="instead of the references file: each image is "
+                             "HOST[:PORT]/PREFIX/NAME:TAG (CHEXFLOW_IMAGE_REGISTRY)")
+    render.add_argument("--tag", default=None,
+                        help="with or without --registry: the tag of every image "
+                             "(CHEXFLOW_IMAGE_TAG; default: chexflow's version)")
     render.set_defaults(func=cmd_images_render)
 
 
@@ -418,10 +424,25 @@ def cmd_images_push(args: argparse.Namespace) -> int:
 
 
 def cmd_images_render(args: argparse.Namespace) -> int:
-    from chexflow.container_images import image_source
+    from chexflow.container_images import (
+        DEFAULT_REGISTRY,
+        DEFAULT_TAG,
+        REGISTRY_ENV,
+        TAG_ENV,
+        check_reference,
+        image_source,
+    )
     from chexflow.devcluster.render import render_all
 
-    print(f"images chosen by {image_source()}", file=sys.stderr)
+    if args.registry is not None or args.tag is not None:
+        check_reference(f"{(args.registry or DEFAULT_REGISTRY).rstrip('/')}/trainer:"
+                        f"{args.tag or DEFAULT_TAG}", "--registry/--tag")
+    # the chosen images are container_images' choice: these flags are its variables, here
+    for value, variable in ((args.registry, REGISTRY_ENV), (args.tag, TAG_ENV)):
+        if value is not None:
+            os.environ[variable] = value
+    flags = " and ".join(f for f, v in (("--registry", args.registry), ("--tag", args.tag)) if v)
+    print(f"images chosen by {flags or image_source()}", file=sys.stderr)
     for path in render_all(args.out):
         print(path)
     return 0
