@@ -221,7 +221,7 @@ def _build_image(name: str, root: Path) -> BuiltImage:
     found = built_image(name, root)
     if found is not None:
         return found
-    args = build_args(name)
+    args = build_args(name, root)
     key = image_key(name, root)
     wheels = cache_root() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -233,17 +233,33 @@ def _build_image(name: str, root: Path) -> BuiltImage:
         args = {**args, "PIP_CERT": BUILD_PIP_CERT}
     dockerfile = root / DOCKERFILES[GPU_IMAGES.get(name, name)]
     if name in GPU_IMAGES:
-        _pull_gpu_bases(name, dockerfile)
+        _pull_gpu_bases(name, root)
     return _podman_build(name, key, dockerfile, root, args, volumes, start,
                          on_debian=name not in GPU_IMAGES)
 
 
-def build_args(name: str) -> dict[str, str]:
+def build_args(name: str, root: Path = REPO_ROOT) -> dict[str, str]:
     """The build arguments of image `name` here: the Debian base for its base images and the
-    CPU TensorFlow for the trainer; none for a GPU image (the Dockerfile's CUDA bases)."""
+    CPU TensorFlow for the trainer; for a GPU image, the Dockerfile's CUDA bases (gpu_bases)."""
     if name in GPU_IMAGES:
-        return {}
+        return gpu_bases(name, root)
     return {**dict.fromkeys(BASE_ARGS[name], base_ref()), **EXTRA_ARGS[name]}
+
+
+def gpu_bases(name: str, root: Path = REPO_ROOT) -> dict[str, str]:
+    """The CUDA bases of GPU image `name`: its Dockerfile's `ARG CUDA_IMAGE=...` defaults, a
+    short name qualified as Docker resolves it (docker.io/; podman resolves none)."""
+    dockerfile = root / DOCKERFILES[GPU_IMAGES[name]]
+    text = dockerfile.read_text()
+    bases = {}
+    for arg in GPU_BASE_ARGS:
+        m = re.search(rf"^ARG {arg}=(\S+)$", text, re.M)
+        if m is None:
+            raise ImageBuildError(f"{dockerfile}: no `ARG {arg}=IMAGE` line")
+        first = m.group(1).split("/", 1)[0]
+        qualified = "." in first or ":" in first or first == "localhost"
+        bases[arg] = m.group(1) if qualified else f"docker.io/{m.group(1)}"
+    return bases
 
 
 def image_key(name: str, root: Path = REPO_ROOT) -> str:
@@ -256,7 +272,7 @@ def image_key(name: str, root: Path = REPO_ROOT) -> str:
     if name not in DOCKERFILES and name not in GPU_IMAGES:
         raise ImageBuildError(f"image {name!r}: its key is known only for "
                               f"{', '.join((*DOCKERFILES, *DERIVED, *GPU_IMAGES))}")
-    return content_key(name, build_args(name), root)
+    return content_key(name, build_args(name, root), root)
 
 
 def built_image(name: str, root: Path = REPO_ROOT) -> BuiltImage | None:
@@ -270,22 +286,18 @@ def built_image(name: str, root: Path = REPO_ROOT) -> BuiltImage | None:
                       time.monotonic() - start, cached=True)
 
 
-def _pull_gpu_bases(name: str, dockerfile: Path) -> None:
+def _pull_gpu_bases(name: str, root: Path) -> None:
     """The GPU image's CUDA bases in podman's storage, pulled when absent; ImageBuildError in
     one line where they cannot be (a machine without network access, as the test machine)."""
     podman = Podman(cache_root() / "podman")
-    text = dockerfile.read_text()
-    for arg in GPU_BASE_ARGS:
-        m = re.search(rf"^ARG {arg}=(\S+)$", text, re.M)
-        if m is None:
-            raise ImageBuildError(f"{dockerfile}: no `ARG {arg}=IMAGE` line")
-        if podman.exists(m.group(1)):
+    for base in gpu_bases(name, root).values():
+        if podman.exists(base):
             continue
         try:
-            podman.run("pull", "--quiet", m.group(1), quiet=True)
+            podman.run("pull", "--quiet", base, quiet=True)
         except ImageBuildError as e:
             raise ImageBuildError(
-                f"{name} cannot be built on this machine: its CUDA base {m.group(1)} is not in "
+                f"{name} cannot be built on this machine: its CUDA base {base} is not in "
                 f"podman's storage and cannot be pulled ({e}); build and push it where the "
                 f"network reaches its registry: chexflow images build {name} && chexflow "
                 f"images push {name} --registry HOST[:PORT]/PREFIX") from None
