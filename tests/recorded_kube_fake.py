@@ -76,6 +76,8 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
     namespaces: dict[str, str | None] = field(default_factory=dict)
     # ClusterTrainingRuntimes that exist (Kubeflow Trainer v2)
     runtimes: set[str] = field(default_factory=lambda: {"chexflow-horovod"})
+    # the image the runtimes run their node pods in: chexflow's runtime rendered for it
+    runtime_image: str | None = None
     jobs: dict[tuple[str, str], FakeJob] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # no connection pool: nothing leaves the process
@@ -114,6 +116,12 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
         m = re.match(r"^/apis/trainer\.kubeflow\.org/v1alpha1/clustertrainingruntimes/([^/]+)$",
                      path)
         if m and method == "GET":
+            if m.group(1) in self.runtimes and self.runtime_image:
+                from chexflow.jobs.trainjob import horovod_runtime
+
+                runtime = horovod_runtime(self.runtime_image)
+                runtime["metadata"]["name"] = m.group(1)
+                return 200, runtime
             if m.group(1) in self.runtimes:
                 return 200, {"kind": "ClusterTrainingRuntime", "metadata": {"name": m.group(1)}}
             return 404, {"kind": "Status", "reason": "NotFound", "message":

@@ -535,3 +535,23 @@ def test_a_missing_runtime_is_one_line_and_nothing_is_created():
     assert str(err.value) == ("ClusterTrainingRuntime horovod-x not found: apply it first "
                               "(kubectl apply -f horovod-runtime.yaml from chexflow's trainjob/)")
     assert [r.method for r in fake.requests] == ["GET"]  # nothing created, nothing deleted
+
+
+def test_a_trainjob_whose_image_is_not_its_runtimes_node_image_is_refused_before_creating():
+    """Trainer sets only the launcher's image from spec.trainer.image: a TrainJob in another
+    image than the runtime's `node` pods would run two images; refused in one line, nothing
+    created. The same image goes on."""
+    fake = RecordedRequestFakeKubeApi(runtime_image="reg.example/team/trainer:a")
+    b, _ = backend(fake, job_kind="trainjob", image="reg.example/team/trainer:b")
+    with pytest.raises(KubernetesError) as err:
+        b.run(train_spec("train-i"))
+    assert str(err.value).startswith(
+        "ClusterTrainingRuntime chexflow-horovod runs its node pods in "
+        "reg.example/team/trainer:a, but the TrainJob's spec.trainer.image (its launcher's) is "
+        "reg.example/team/trainer:b: ")
+    assert "chexflow images render --out DIR" in str(err.value) and "\n" not in str(err.value)
+    assert [r.method for r in fake.requests] == ["GET"]
+    fake = RecordedRequestFakeKubeApi(runtime_image="reg.example/team/trainer:b",
+                                      logs={"train-i": "val_auroc=0.6\n"})
+    b, _ = backend(fake, job_kind="trainjob", image="reg.example/team/trainer:b")
+    assert b.run(train_spec("train-i")).succeeded
