@@ -57,8 +57,9 @@ def trainer_cluster(k8s_cluster, trainer_image):
     return k8s_cluster
 
 
-def _env(cluster) -> dict[str, str]:
-    return {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+def _env(cluster, image: str) -> dict[str, str]:
+    """The cluster's KUBECONFIG, and `image` (the runtime's) as the trainer image jobs name."""
+    return {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "CHEXFLOW_TRAINER_IMAGE": image}
 
 
 def _wait_for(what: str, check, timeout: float = 60) -> None:
@@ -85,7 +86,7 @@ def test_trainjob_on_chexflows_runtime_trains_densenet_with_horovod_size_2_on_re
          "chexflow", "train", "--launcher", "none", "--data", "/data/tfrecords",
          "--out", "/data/run", "--model", "densenet121", "--image-size", "64",
          "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--threads", "1"],
-        cwd=REPO_ROOT, env=_env(trainer_cluster), stdout=subprocess.PIPE,
+        cwd=REPO_ROOT, env=_env(trainer_cluster, trainer_image), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     seen: dict[str, str] = {}  # pod -> replicated job (JobSet ends the node pods at Complete)
     try:
@@ -133,7 +134,7 @@ def test_chexnet_train_pipeline_with_job_kind_trainjob_ends_with_auroc_and_the_r
          "--image-size", "64", "--batch-size", "4", "--steps-per-epoch", "2",
          "--validation-steps", "2", "--cpu-per-worker", "750m", "--memory-per-worker", "3Gi",
          "--weights", "none", "--bootstrap", "50", "--timeout-seconds", "1500"],
-        cwd=REPO_ROOT, env=_env(trainer_cluster), capture_output=True, text=True,
+        cwd=REPO_ROOT, env=_env(trainer_cluster, trainer_image), capture_output=True, text=True,
         timeout=2100)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "mean test AUROC" in proc.stdout, proc.stdout
@@ -151,7 +152,7 @@ def test_chexnet_train_pipeline_with_job_kind_trainjob_ends_with_auroc_and_the_r
 
 
 def test_stopping_the_submitting_command_deletes_the_trainjob_and_its_jobset(
-        trainer_cluster, k8s_api, k8s_namespace):
+        trainer_cluster, k8s_api, k8s_namespace, trainer_image):
     """On the kwok nodes (a held launcher): SIGTERM deletes the TrainJob; its JobSet and pods
     go with it."""
     from kubernetes import client
@@ -162,7 +163,7 @@ def test_stopping_the_submitting_command_deletes_the_trainjob_and_its_jobset(
         [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--name", "held",
          "--namespace", ns, "--workers", "2", "--gpus-per-worker", "1", "--timeout", "600",
          "--env", f"{nodes.OUTCOME_ENV}=hold", "--", "chexflow", "train", "--epochs", "1"],
-        cwd=REPO_ROOT, env=_env(trainer_cluster), stdout=subprocess.PIPE,
+        cwd=REPO_ROOT, env=_env(trainer_cluster, trainer_image), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
         def launcher_running() -> bool:
@@ -191,12 +192,14 @@ def test_stopping_the_submitting_command_deletes_the_trainjob_and_its_jobset(
     _wait_for("TrainJob, JobSet and pods gone", nothing_left, timeout=60)
 
 
-def test_a_runtime_that_does_not_exist_is_one_clear_line(trainer_cluster, k8s_namespace):
+def test_a_runtime_that_does_not_exist_is_one_clear_line(trainer_cluster, k8s_namespace,
+                                                         trainer_image):
     proc = subprocess.run(
         [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--runtime", "no-such",
          "--name", "orphan", "--namespace", k8s_namespace, "--workers", "2", "--",
          "chexflow", "train"],
-        cwd=REPO_ROOT, env=_env(trainer_cluster), capture_output=True, text=True, timeout=120)
+        cwd=REPO_ROOT, env=_env(trainer_cluster, trainer_image), capture_output=True,
+        text=True, timeout=120)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
@@ -205,38 +208,40 @@ def test_a_runtime_that_does_not_exist_is_one_clear_line(trainer_cluster, k8s_na
     assert RUNTIME_NAME != "no-such"
 
 
-def _submit_fails(cluster, ns: str, name: str, *options: str) -> str:
+def _submit_fails(cluster, image: str, ns: str, name: str, *options: str) -> str:
     """Run `chexflow mpijob submit --job-kind trainjob` expected to fail: its last stderr line."""
     proc = subprocess.run(
         [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--name", name,
          "--namespace", ns, "--workers", "2", "--timeout", "300", *options, "--",
          "chexflow", "train"],
-        cwd=REPO_ROOT, env=_env(cluster), capture_output=True, text=True, timeout=600)
+        cwd=REPO_ROOT, env=_env(cluster, image), capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0, proc.stdout
     assert "Traceback" not in proc.stderr
     return proc.stderr.strip().splitlines()[-1]
 
 
-def test_an_image_that_does_not_exist_is_one_line_naming_the_launcher_pod(
-        trainer_cluster, k8s_api, real_namespace):
-    """The node pods (the runtime's image) start; the launcher's image cannot be pulled."""
+def test_an_image_other_than_the_runtimes_is_one_line_and_nothing_is_created(
+        trainer_cluster, k8s_api, k8s_namespace, trainer_image):
+    """Trainer would set it on the launcher alone, the node pods keeping the runtime's image:
+    refused before anything is created."""
     from kubernetes import client
 
-    ns, _ = real_namespace
-    line = _submit_fails(trainer_cluster, ns, "bad-image", "--cpu", "250m", "--memory", "256Mi",
+    ns = k8s_namespace
+    line = _submit_fails(trainer_cluster, trainer_image, ns, "other-image",
                          "--image", "chexflow.local/no-such-image:1")
-    assert line.startswith(f"chexflow mpijob: error: TrainJob {ns}/bad-image cannot start: pod "
-                           "bad-image-launcher-0-0"), line
-    assert "container node: " in line and "no-such-image" in line, line
-    assert line.endswith("it was deleted"), line
+    assert line.startswith(
+        f"chexflow mpijob: error: ClusterTrainingRuntime {RUNTIME_NAME} runs its node pods in "
+        f"{trainer_image}, but the TrainJob's spec.trainer.image (its launcher's) is "
+        "chexflow.local/no-such-image:1: "), line
     custom = client.CustomObjectsApi(k8s_api)
     assert not custom.list_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
                                                     TRAINJOB_PLURAL)["items"]
 
 
-def test_a_node_selector_nothing_matches_is_one_line(trainer_cluster, k8s_namespace):
-    line = _submit_fails(trainer_cluster, k8s_namespace, "nowhere", "--node-selector",
-                         "pool=no-such-pool")
+def test_a_node_selector_nothing_matches_is_one_line(trainer_cluster, k8s_namespace,
+                                                     trainer_image):
+    line = _submit_fails(trainer_cluster, trainer_image, k8s_namespace, "nowhere",
+                         "--node-selector", "pool=no-such-pool")
     assert line.startswith(f"chexflow mpijob: error: TrainJob {k8s_namespace}/nowhere cannot be "
                            "scheduled: pod nowhere-node-0-0"), line
     assert "node affinity/selector" in line and line.endswith("it was deleted"), line
