@@ -74,20 +74,6 @@ def check_reference(ref: str, source: str) -> str:
     return ref
 
 
-def digest_of(ref: str) -> str | None:
-    """The `sha256:...` digest a reference pins, or None."""
-    m = _REFERENCE.match(ref)
-    return m.group("digest") if m else None
-
-
-def repository_of(ref: str) -> str:
-    """`[host/]path` of a reference, without tag or digest."""
-    m = _REFERENCE.match(ref)
-    if not m:
-        raise InvalidImage(f"{ref!r} is not an image reference")
-    return f"{m.group('host')}/{m.group('path')}" if m.group("host") else m.group("path")
-
-
 def cache_folder() -> Path:
     """chexflow's cache folder: CHEXFLOW_CACHE, else ~/.cache/chexflow."""
     return Path(os.environ.get("CHEXFLOW_CACHE") or Path.home() / ".cache" / "chexflow")
@@ -166,19 +152,9 @@ def launcher_image() -> str:
     return image("launcher")
 
 
-def earlystopping_image() -> str:
-    """Katib's early-stopping service (chexflow katib-earlystopping) for katib-config."""
-    return image("earlystopping")
-
-
 def images() -> dict[str, str]:
     """The trainer's and the launcher's references, by role."""
     return {"trainer": trainer_image(), "launcher": launcher_image()}
-
-
-def are_placeholders() -> bool:
-    """Whether the trainer and launcher references are the unpublished placeholders."""
-    return all(ref == placeholder(name) for name, ref in images().items())
 
 
 def with_chosen_images(node: Any) -> Any:

@@ -81,7 +81,9 @@ class Destination:
 
 
 @dataclass(frozen=True)
-class Pushed:
+class PushedImage:
+    """One image pushed: its digest-pinned reference and how long the push took."""
+
     name: str
     reference: str  # HOST[:PORT]/PREFIX/NAME:TAG@sha256:...
     seconds: float
@@ -193,7 +195,7 @@ def _error_line(output: str) -> str:
 
 
 def push_one(name: str, dest: Destination, tag: str | None, authfile: Path | None,
-             cert_dir: Path | None, work: Path) -> Pushed:
+             cert_dir: Path | None, work: Path) -> PushedImage:
     """Push image `name` as built for this tree; its digest-pinned reference."""
     image = built_image(name)
     if image is None:  # checked before for all, but a build may have replaced it since
@@ -213,11 +215,11 @@ def push_one(name: str, dest: Destination, tag: str | None, authfile: Path | Non
                            if " 500 " in proc.stderr else "")
                         + f"; {name} is not tagged there, {images_file()} unchanged")
     digest = digest_file.read_text().strip()
-    return Pushed(name, check_reference(f"{target}@{digest}", "podman's digest"),
+    return PushedImage(name, check_reference(f"{target}@{digest}", "podman's digest"),
                   time.monotonic() - start)
 
 
-def write_references(dest: Destination, done: list[Pushed]) -> Path:
+def write_references(dest: Destination, done: list[PushedImage]) -> Path:
     """The references file, replaced whole (earlier entries of other names kept when they
     name the same registry)."""
     path = images_file()
@@ -253,7 +255,7 @@ def names_to_push(requested: list[str]) -> list[str]:
 
 
 def push(requested: list[str], registry: str, tag: str | None = None,
-         authfile: Path | None = None, ca_file: Path | None = None) -> list[Pushed]:
+         authfile: Path | None = None, ca_file: Path | None = None) -> list[PushedImage]:
     """Check everything, push each image, then write the references file."""
     dest = Destination.parse(registry)
     if tag is not None:
