@@ -11,11 +11,12 @@ credentials come from where podman looks for them: `--authfile`, else REGISTRY_A
 `${XDG_RUNTIME_DIR}/containers/auth.json`, ~/.config/containers/auth.json and
 ~/.docker/config.json; `--ca-file` trusts a registry's private CA (podman's `--cert-dir`).
 
-Before anything is sent: every image is built, something answers on HOST:PORT, and podman's
-login there succeeds with the stored credentials (one line each otherwise). Each image is
-whole in the registry once its manifest is written, which comes last; an image whose push
-fails has no tag there. The references file is written once every image is pushed (a
-temporary file renamed over it), so it never names a mixture of a failed and an earlier push.
+Before anything is sent (one line each otherwise): every image is built, the registry answers
+`GET /v2/` over TLS, and, when it asks for a login, one is stored for it and (basic auth) taken.
+Each image is whole in the registry once its manifest is written, which comes last; an image
+whose push fails has no tag there. The references file is written once every image is pushed
+(a temporary file renamed over it), so a failed push leaves it as it was.
+`chexflow images pull-secret` turns the same stored login into a Secret for pods' pulls.
 """
 
 from __future__ import annotations
