@@ -13,10 +13,12 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
 import re
 import ssl
 import subprocess
 import tarfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -49,13 +51,14 @@ def served(tmp_path_factory):
     registry.stop(proc)
 
 
-def _save_image(cache: Path, name: str) -> None:
-    """A one-file image saved as this tree's archive of `name` under `cache`."""
+def _save_image(cache: Path, name: str, data: bytes | None = None) -> None:
+    """A one-file image (`data`, default its name) saved as this tree's archive of `name`
+    under `cache`."""
     ref = f"{LOCAL_REGISTRY}/{name}:{image_key(name)}"
     podman = Podman(cache / "podman")
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as tar:
-        data = f"chexflow {name}\n".encode()
+        data = data or f"chexflow {name}\n".encode()
         info = tarfile.TarInfo(f"etc/chexflow-{name}")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
@@ -88,10 +91,9 @@ def _push(served, cache: Path, refs: Path, *extra: str, check: bool = True):
 
 def _served_digest(reg: registry.Registry, ca: Path, repo: str, tag: str) -> str:
     """The digest the registry serves for REPO:TAG (its Docker-Content-Digest header)."""
-    auth = json.loads(reg.auth_file.read_text())["auths"][reg.address]["auth"]
     request = urllib.request.Request(
         f"https://{reg.address}/v2/{repo}/manifests/{tag}", method="HEAD",
-        headers={"Authorization": f"Basic {auth}",
+        headers={"Authorization": f"Basic {reg.credentials().basic()}",
                  "Accept": "application/vnd.docker.distribution.manifest.v2+json, "
                            "application/vnd.oci.image.manifest.v1+json"})
     with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=str(ca)),
@@ -223,3 +225,43 @@ def test_references_that_are_missing_broken_or_without_a_version_are_one_line(tm
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert f"{broken}: not a references file of `chexflow images push`" in lines[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs for the registry's storage")
+def test_a_registry_whose_disk_is_full_fails_the_push_in_one_line_and_tags_nothing(tmp_path):
+    """The registry's storage a 256 KiB tmpfs, the image's layer 1 MiB of random bytes."""
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(storage)],
+                   check=True)
+    try:
+        pki = certs.make_pki(tmp_path / "state")
+        bin_dir = registry.ensure_binaries()
+        reg = registry.Registry(tmp_path / "registry", "127.0.0.1", free_port(), storage)
+        reg.configure(pki, bin_dir)
+        proc = reg.start(bin_dir, pki.ca)
+        try:
+            cache, refs = tmp_path / "cache", tmp_path / "pushed.json"
+            _save_image(cache, "trainer", os.urandom(1 << 20))
+            pushed = _push((reg, pki.ca), cache, refs, "trainer", check=False)
+            request = urllib.request.Request(
+                f"https://{reg.address}/v2/team/trainer/tags/list", headers={
+                    "Authorization": f"Basic {reg.credentials().basic()}"})
+            try:
+                with urllib.request.urlopen(request, context=ssl.create_default_context(
+                        cafile=str(pki.ca)), timeout=30) as response:
+                    tags = json.loads(response.read())["tags"] or []
+            except urllib.error.HTTPError as e:
+                tags = [] if e.code == 404 else [f"HTTP {e.code}"]
+        finally:
+            registry.stop(proc)
+    finally:
+        subprocess.run(["umount", str(storage)], check=True)
+    lines = pushed.stderr.strip().splitlines()
+    assert pushed.returncode == 2 and lines[:-1] == [
+        f"pushing trainer to {reg.address}/team/trainer ..."], pushed.stderr
+    assert lines[-1].startswith(f"chexflow images: error: pushing trainer to {reg.address}/team/"
+                                "trainer:"), lines[-1]
+    assert "500 Internal Server Error; the registry failed to store it (a full disk answers " \
+           f"so); trainer is not tagged there, {refs} unchanged" in lines[-1]
+    assert tags == [] and not refs.exists()
