@@ -257,6 +257,10 @@ def test_a_registry_whose_disk_is_full_fails_the_push_in_one_line_and_tags_nothi
             registry.stop(proc)
     finally:
         subprocess.run(["umount", str(storage)], check=True)
+        # podman leaves its storage's overlay mounted (a bind mount) after a failed push
+        overlay = tmp_path / "cache" / "podman" / "storage" / "overlay"
+        if f" {overlay} " in Path("/proc/self/mountinfo").read_text():
+            subprocess.run(["umount", str(overlay)], check=True)
     lines = pushed.stderr.strip().splitlines()
     assert pushed.returncode == 2 and lines[:-1] == [
         f"pushing trainer to {reg.address}/team/trainer ..."], pushed.stderr
