@@ -15,9 +15,12 @@ import io
 import json
 import os
 import re
+import socket
 import ssl
 import subprocess
+import sys
 import tarfile
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -269,3 +272,31 @@ def test_a_registry_whose_disk_is_full_fails_the_push_in_one_line_and_tags_nothi
     assert "500 Internal Server Error; the registry failed to store it (a full disk answers " \
            f"so); trainer is not tagged there, {refs} unchanged" in lines[-1]
     assert tags == [] and not refs.exists()
+
+
+def test_a_registry_answering_plain_http_is_one_line_saying_push_needs_tls(built, tmp_path):
+    """A server that answers HTTP without TLS (Python's http.server) where the registry is."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind",
+                               "127.0.0.1", "--directory", str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "http.server did not listen"
+                time.sleep(0.1)
+        refs = tmp_path / "pushed.json"
+        proc = run_chexflow("images", "push", "launcher", "--registry", f"127.0.0.1:{port}/team",
+                            env=_env(built, refs), check=False, timeout=120)
+    finally:
+        server.terminate()
+        server.wait(10)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"chexflow images: error: registry 127.0.0.1:{port} answers without TLS (plain HTTP): "
+        "chexflow pushes over TLS only, as clusters pull; serve it with a certificate (and "
+        "--ca-file for a private CA)")
+    assert not refs.exists()

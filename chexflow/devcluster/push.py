@@ -159,6 +159,10 @@ def _v2_status(dest: Destination, ca_file: Path | None, basic: str | None
             raise PushError(f"registry {dest.address}: its certificate is not trusted "
                             f"({reason.verify_message}): give the CA that signed it with "
                             "--ca-file; nothing was pushed") from None
+        if isinstance(reason, ssl.SSLError) and reason.reason == "WRONG_VERSION_NUMBER":
+            raise PushError(f"registry {dest.address} answers without TLS (plain HTTP): chexflow "
+                            "pushes over TLS only, as clusters pull; serve it with a "
+                            "certificate (and --ca-file for a private CA)") from None
         raise PushError(f"registry {dest.address} does not answer on https://{dest.address}/v2/ "
                         f"({getattr(reason, 'strerror', None) or reason}); nothing was pushed"
                         ) from None
