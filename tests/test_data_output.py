@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from chexflow.data.output import staging_dir
-from chexflow.runlock import run_lock
+from chexflow.runlock import locked_folder
 from tests.conftest import CHEXFLOW, run_chexflow
 from tests.test_data_faults import one_line_error, rows_of
 
@@ -197,7 +197,7 @@ def test_swap_cut_short_is_finished_by_the_next_run(synth40, previous, fault):
 def test_folder_locked_by_another_process_is_refused_with_its_pid(synth40, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    with run_lock(out, "train"):
+    with locked_folder(out, "train"):
         proc = run_chexflow(*args(synth40, out, "--plan-only"), check=False)
     one_line_error(proc, f"{out}: in use by PID {os.getpid()} (chexflow train)")
     run_chexflow(*args(synth40, out, "--plan-only"))

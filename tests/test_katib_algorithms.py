@@ -10,7 +10,7 @@ import yaml
 from chexflow.katib.experiment.spec import parse_experiment
 from chexflow.katib.suggestions.base import History
 from chexflow.katib.suggestions.libraries import make_suggester
-from chexflow.reference import reference_dir
+from tests.support.reference import reference_dir
 
 
 def base() -> dict:

@@ -275,7 +275,7 @@ def test_tune_cluster_follows_an_experiment_of_the_same_spec_and_refuses_another
     from kubernetes import client
 
     from chexflow.katib.cluster.kubernetes import SPEC_ANNOTATION, ClusterSweep
-    from chexflow.reference import reference_dir
+    from tests.support.reference import reference_dir
 
     spec = reference_dir() / "katib-examples" / "random.yaml"
     exp = cluster_experiment(load_experiment(spec, ["spec.maxTrialCount=20"]), "team-a", [], {})

@@ -21,8 +21,8 @@ from chexflow import processes
 from chexflow.katib.experiment.spec import load_experiment
 from chexflow.katib.local import runner as local_runner
 from chexflow.katib.local.state import open_state
-from chexflow.reference import reference_dir
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
+from tests.support.reference import reference_dir
 
 PY = sys.executable
 

@@ -18,8 +18,8 @@ from chexflow.katib.local.runner import LocalRunner
 from chexflow.katib.local.state import open_state
 from chexflow.katib.suggestions.base import History
 from chexflow.katib.suggestions.libraries import make_suggester
-from chexflow.reference import reference_dir
 from tests.conftest import read_json, run_chexflow
+from tests.support.reference import reference_dir
 
 PY = sys.executable
 

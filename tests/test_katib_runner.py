@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.reference import reference_dir
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
+from tests.support.reference import reference_dir
 
 PY = sys.executable
 # loss = distance to (lr 0.03, momentum 0.7): never below the examples' goal 0.001 unless close.

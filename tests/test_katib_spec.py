@@ -17,8 +17,8 @@ from chexflow.katib.experiment.spec import SpecError, load_experiment, parse_exp
 from chexflow.katib.experiment.trialspec import local_command, render_trial_spec, split_mpirun
 from chexflow.katib.suggestions.base import History
 from chexflow.katib.suggestions.libraries import make_suggester
-from chexflow.reference import reference_dir
 from tests.conftest import REPO, run_chexflow
+from tests.support.reference import reference_dir
 
 EXAMPLE_NAMES = ["bayesian-optimization", "cma-es", "grid", "median-stop", "mpijob-horovod",
                  "multivariate-tpe", "random", "sobol", "tpe"]

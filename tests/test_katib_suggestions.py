@@ -14,7 +14,7 @@ from chexflow.katib.suggestions.algorithms import ALGORITHMS, CLUSTER_ONLY, LOCA
 from chexflow.katib.suggestions.base import SuggestionFailed
 from chexflow.katib.suggestions.libraries import SUGGESTERS, make_suggester
 from chexflow.katib.suggestions.validation import SETTINGS, validate_algorithm
-from chexflow.reference import reference_dir
+from tests.support.reference import reference_dir
 
 
 def experiment(algorithm: str, settings: tuple = (), momentum: dict | None = None):

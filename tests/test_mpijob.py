@@ -12,8 +12,8 @@ from chexflow.jobs import JobSpec, JobSpecError, Volume
 from chexflow.jobs.render import QUEUE_LABEL, render_batch_job, render_mpijob
 from chexflow.jobs.schema import SchemaError, validate_mpijob
 from chexflow.jobs.spec import ClusterOptions
-from chexflow.reference import reference_dir
 from tests.conftest import run_chexflow
+from tests.support.reference import reference_dir
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
 

@@ -17,11 +17,11 @@ import pytest
 from chexflow.data.manifest import DatasetError, count_records, load_manifest
 from chexflow.envs import trainer_python
 from chexflow.jobs.local import horovodrun_command
-from chexflow.results import read_auroc, read_metrics
 from chexflow.train.launch import LaunchError, parse_hosts, resolve_hosts
 from chexflow.train.options import TrainOptions
 from chexflow.train.throughput import RankTiming, jitter, summarize
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
+from tests.support.results import read_auroc, read_metrics
 
 METRIC_KEYS = {
     "model", "workers", "image_size", "batch_size_per_worker", "epochs", "images_per_sec",

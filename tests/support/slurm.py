@@ -78,7 +78,7 @@ class LocalSlurm:
             )
             gres = f" Gres=gpu:{self.gpus}"
         self.conf.write_text("\n".join([
-            "# A single-node Slurm written by chexflow.slurm.single_node",
+            "# A single-node Slurm written by chexflow's tests (tests/support/slurm.py)",
             "ClusterName=chexflow-local",
             f"SlurmctldHost={self.host}(127.0.0.1)",
             f"SlurmctldPort={ctld_port}",

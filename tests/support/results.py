@@ -1,6 +1,5 @@
-"""The result files of training and evaluation, read without TensorFlow (for components, Katib,
-benchmarks and tests); a missing file names the command that writes it. (A Katib sweep's results
-are chexflow.katib.local.results.)"""
+"""The result files of training and evaluation, read without TensorFlow; a missing file names
+the command that writes it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,2 @@
+"""What only the tests use: readers of a run's result files, the shared reference folder, a
+single-node Slurm."""
