@@ -33,7 +33,7 @@ from chexflow.train.options import MODELS
 RUN_FILE = "run.json"
 # The classes of a model's outputs, in order, and its image size travel inside best_model.keras
 # (a zip file), so that they go with the model when it is copied alone: under this key of the
-# metadata.json Keras writes there. Files written before 2026-11-25 hold them in a member of
+# metadata.json Keras writes there. Files of older chexflow versions hold them in a member of
 # their own, LEGACY_MODEL_INFO (which keras.models.load_model cannot read past; chexflow's
 # models.load_model can).
 MODEL_INFO = "metadata.json:chexflow"
