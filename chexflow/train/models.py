@@ -152,7 +152,8 @@ def _read_keras_file(path: Path, tmp: Path) -> keras.Model:
     """What keras.models.load_model(path, compile=False) returns, read another way. tf-keras
     reads the weights' HDF5 member through zipfile, where every backward seek reads the member
     again from its start: extracted to a file, it loads several times faster (Keras 3 reads it
-    into memory first for the same reason). The architecture comes from config.json as load_model takes it."""
+    into memory first for the same reason). The architecture comes from config.json as
+    load_model takes it."""
     with zipfile.ZipFile(path) as zf:
         config = json.loads(zf.read(KERAS_CONFIG))
         weights = zf.extract(KERAS_WEIGHTS, tmp)
