@@ -23,9 +23,10 @@ from chexflow.katib.cluster.kubernetes import (
     trial_records,
 )
 from chexflow.katib.experiment.spec import load_experiment
-from chexflow.katib.experiment.trialspec import local_command, render_trial_spec
+from chexflow.katib.experiment.trialspec import render_trial_spec
 from chexflow.katib.local.results import load_results, write_results
 from tests.conftest import run_chexflow
+from tests.support.katib import local_command
 
 SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"
 TRIAL_ARGS = ["epochs=1", "image-size=64", "weights=none", "steps-per-epoch=2",

@@ -14,10 +14,11 @@ from chexflow.envs import trainer_python
 from chexflow.jobs.local import quick_horovodrun
 from chexflow.katib.experiment.model import format_value
 from chexflow.katib.experiment.spec import SpecError, load_experiment, parse_experiment
-from chexflow.katib.experiment.trialspec import local_command, render_trial_spec, split_mpirun
+from chexflow.katib.experiment.trialspec import render_trial_spec, split_mpirun
 from chexflow.katib.suggestions.base import History
 from chexflow.katib.suggestions.libraries import make_suggester
 from tests.conftest import REPO, run_chexflow
+from tests.support.katib import local_command
 from tests.support.reference import reference_dir
 
 EXAMPLE_NAMES = ["bayesian-optimization", "cma-es", "grid", "median-stop", "mpijob-horovod",

@@ -174,7 +174,6 @@ class Experiment:
     parameters: list[Parameter]
     trial_template: dict
     collector: Collector
-    resume_policy: str
     raw: dict
     source: str = ""
     # a ConfigMap template read from the repository, and the files looked in for it

@@ -56,7 +56,6 @@ TWO_GROUPS = re.compile(r".*\(.*\).*\(.*\).*")
 JOB_SUCCESS = 'status.conditions.#(type=="Complete")#|#(status=="True")#'
 JOB_FAILURE = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 KUBEFLOW_SUCCESS = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
-KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "XGBoostJob", "MPIJob", "TrainJob")
 DEFAULT_CONDITIONS = {
     "Job": (JOB_SUCCESS, JOB_FAILURE, None),
     "TrainJob": (JOB_SUCCESS, JOB_FAILURE, {"jobset.sigs.k8s.io/replicatedjob-name": "node",
@@ -259,7 +258,7 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
                                                path="spec.algorithm")
     early_stopping, es_settings = _algorithm(errors, spec.get("earlyStopping"), required=False,
                                              path="spec.earlyStopping")
-    resume = _resume_policy(errors, spec)
+    _resume_policy(errors, spec)
     parameters = _parameters(errors, spec)
     template = errors.mapping("spec.trialTemplate", spec.get("trialTemplate"), required=True)
     if "configMap" not in template:
@@ -280,7 +279,6 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
         parameters=parameters,
         trial_template=template,
         collector=collector,
-        resume_policy=resume,
         raw=raw,
         source=source,
         config_map=config_map,
@@ -333,12 +331,12 @@ def _algorithm(errors: _Errors, value: Any, required: bool, path: str) -> tuple[
     return name, _settings(errors, f"{path}.algorithmSettings", section.get("algorithmSettings"))
 
 
-def _resume_policy(errors: _Errors, spec: dict) -> str:
+def _resume_policy(errors: _Errors, spec: dict) -> None:
+    """spec.resumePolicy, Never by default (the local runner resumes from its state folder)."""
     resume = spec.setdefault("resumePolicy", "Never")
     if resume not in RESUME_POLICIES:
         errors.add("spec.resumePolicy", f"{resume!r}: invalid ResumePolicyType "
                    f"(expected {', '.join(RESUME_POLICIES)})")
-    return resume
 
 
 def _service_rules(errors: _Errors, exp: Experiment) -> None:
