@@ -71,8 +71,10 @@ test: setup setup-cluster
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 		$(PYTEST_ARGS)
 
+# ruff's rules, then vulture: code nothing in chexflow/ or pipelines/ uses ([tool.vulture])
 lint: setup-env
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/vulture
 
 clean:
 	rm -rf runs .pytest_cache
