@@ -21,7 +21,7 @@ endif
 export CHEXFLOW_SETUP_TIMES
 PHASE := images/phase.sh
 
-.PHONY: setup setup-system setup-env setup-cluster images cluster-up cluster-down demo test lint compile clean
+.PHONY: setup setup-system setup-env setup-cluster images cluster-up cluster-down demo test test-fast lint compile clean
 
 setup: setup-system setup-env
 
@@ -70,6 +70,13 @@ demo: setup
 test: setup setup-cluster
 	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 		$(PYTEST_ARGS)
+
+# The inner loop before a commit: the tests that need no cluster and no training (docs/tests.md),
+# on FAST_WORKERS pytest-xdist workers; only the Python environment is set up.
+FAST_WORKERS ?= 2
+test-fast: setup-env
+	$(VENV)/bin/python -m pytest -n $(FAST_WORKERS) \
+		-m "not (cluster or realnode or slurm or trainer or slow)" $(PYTEST_ARGS)
 
 # ruff's rules, then vulture: code nothing in chexflow/ or pipelines/ uses ([tool.vulture])
 lint: setup-env

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 import yaml
 
 from chexflow.katib.experiment.spec import parse_experiment
@@ -42,6 +43,7 @@ def test_tpe_beats_random_over_ten_seeds():
     assert statistics.median(tpe) < statistics.median(random)
 
 
+@pytest.mark.slow
 def test_bayesianoptimization_beats_random_over_three_seeds():
     settings = ({"name": "n_initial_points", "value": "5"},)
     random = [best_after("random", s, 15) for s in range(3)]

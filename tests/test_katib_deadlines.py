@@ -85,6 +85,7 @@ def kill_all(procs: list[psutil.Process]) -> None:
             p.kill()
 
 
+@pytest.mark.slow
 def test_sigkill_of_tune_leaves_no_trial_process(tmp_path: Path):
     token = f"chexflow-orphan-{os.getpid()}-a"
     runner = start_tune(example("random"), tmp_path / "s", tree_command(token))
@@ -102,6 +103,7 @@ def test_sigkill_of_tune_leaves_no_trial_process(tmp_path: Path):
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_a_resume_killed_in_its_first_seconds_still_stops_the_leftovers(tmp_path: Path):
     token = f"chexflow-orphan-{os.getpid()}-b"
     state, cmd = tmp_path / "s", tree_command(token)
@@ -162,6 +164,7 @@ def test_a_resume_killed_while_reading_its_spec_still_stops_the_leftovers(tmp_pa
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_a_second_tune_refused_on_a_running_sweep_leaves_its_trials_alone(tmp_path: Path):
     token = f"chexflow-orphan-{os.getpid()}-d"
     state, cmd = tmp_path / "s", tree_command(token)
@@ -178,6 +181,7 @@ def test_a_second_tune_refused_on_a_running_sweep_leaves_its_trials_alone(tmp_pa
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_timeout_stops_a_local_sweep_that_a_rerun_resumes(tmp_path: Path):
     flag, state = tmp_path / "finish", tmp_path / "s"
     token = f"chexflow-timeout-{os.getpid()}"
@@ -200,6 +204,7 @@ def test_timeout_stops_a_local_sweep_that_a_rerun_resumes(tmp_path: Path):
     assert [t["status"] for t in res["trials"]] == ["Succeeded"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,field", [
     ("random", "spec.trialTemplate.trialSpec.spec.activeDeadlineSeconds"),
     ("mpijob-horovod", "spec.trialTemplate.trialSpec.spec.runPolicy.activeDeadlineSeconds")])

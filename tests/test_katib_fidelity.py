@@ -197,6 +197,7 @@ KINDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api,kind,replicas,success,labels", KINDS, ids=[k[1] for k in KINDS])
 def test_trial_kinds_without_conditions_get_katibs_defaults(api, kind, replicas, success, labels,
                                                            tmp_path: Path):
@@ -394,6 +395,7 @@ TFEVENT = ("{trainer} -c 'import sys, tensorflow as tf; lr, m = map(float, sys.a
            "${{trialParameters.learningRate}} ${{trialParameters.momentum}} {path}")
 
 
+@pytest.mark.slow
 def test_file_and_tfevent_collectors_report_the_stdout_objective(tmp_path: Path):
     from chexflow.envs import trainer_python
 
@@ -426,6 +428,7 @@ def test_file_and_tfevent_collectors_report_the_stdout_objective(tmp_path: Path)
     assert len(events) == 2
 
 
+@pytest.mark.slow
 def test_medianstop_follows_a_file_collectors_metrics_file(tmp_path: Path):
     # The first trial is good (loss 0.1, 0.11, ...), the second clearly bad (loss 5.0); both
     # write their metrics to Katib's default File path, never to stdout.
@@ -486,6 +489,7 @@ def test_a_file_collector_reads_only_the_current_attempts_file(tmp_path: Path):
     assert stale.read_text() == "loss=1\n"
 
 
+@pytest.mark.slow
 def test_trial_command_maps_only_whole_collector_paths(tmp_path: Path):
     """--trial-command with a File collector in /katib: `/katib/metrics.log` goes to the trial's
     metrics folder, `/katib-data/x.csv` (the same letters, another path) stays as written (a
@@ -502,6 +506,7 @@ def test_trial_command_maps_only_whole_collector_paths(tmp_path: Path):
     assert (folder / "metrics" / "metrics.log").read_text() == "loss=1\n"
 
 
+@pytest.mark.slow
 def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path: Path):
     d = example("random")
     d["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "TensorFlowEvent"}}
@@ -549,6 +554,7 @@ for sub, value in (("train", 0.9), ("test", args.learning_rate * 10)):  # as Kat
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["trialSpec", "trial-command"])
 def test_tfevent_collector_under_the_folder_the_program_is_given(how, tmp_path: Path):
     """Katib's tfjob-mnist-with-summaries: `--log-path=/mnist-with-summaries-logs`, the

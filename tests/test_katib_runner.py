@@ -33,6 +33,7 @@ def tune(spec: Path, state: Path, command: str, *extra, check: bool = True):
                         "--no-progress", *extra, check=check, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["random", "tpe", "grid", "multivariate-tpe", "cma-es",
                                   "sobol", "bayesian-optimization", "median-stop"])
 def test_upstream_example_completes_locally(name: str, tmp_path: Path):
@@ -92,6 +93,7 @@ def test_failed_and_metrics_unavailable_count_against_max_failed(tmp_path: Path)
     assert all("exit code 3" in t["message"] for t in bad if t["status"] == "Failed")
 
 
+@pytest.mark.slow
 def test_goal_reached_stops_the_experiment(tmp_path: Path):
     # momentum > 0.75 meets the goal (loss 0.0005 <= 0.001) at once.
     cmd = (f"{PY} -c 'import sys, time; m = float(sys.argv[1]); time.sleep(0.3); "
@@ -121,6 +123,7 @@ def test_failed_trial_shows_the_commands_own_error_line_not_the_last_lines(tmp_p
                                 "there")
 
 
+@pytest.mark.slow
 def test_medianstop_stops_a_clearly_bad_trial(tmp_path: Path):
     # The first trial is good (loss 0.1, 0.11, ...), the second clearly bad (loss 5.0).
     script = tmp_path / "trial.py"
@@ -150,6 +153,7 @@ def test_medianstop_stops_a_clearly_bad_trial(tmp_path: Path):
     assert read_json(tmp_path / "s" / "optimal.json")["trial"] == good["name"]
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_or_repeating_a_trial(tmp_path: Path):
     ledger, state_dir = tmp_path / "ledger.txt", tmp_path / "s"
     cmd = (f"echo start $CHEXFLOW_KATIB_TRIAL >> {ledger}; sleep 2.5; "
@@ -199,6 +203,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_trial(tmp_path: Path
     assert len(ledger.read_text().split()) == len(lines)  # a finished sweep runs nothing
 
 
+@pytest.mark.slow
 def test_state_folder_belongs_to_one_spec(tmp_path: Path):
     tune(example("random"), tmp_path / "s", BOWL, "--set", "spec.maxTrialCount=3")
     other = tune(example("tpe"), tmp_path / "s", BOWL, check=False)
@@ -210,6 +215,7 @@ def test_state_folder_belongs_to_one_spec(tmp_path: Path):
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", ["missing", "not-executable"])
 def test_a_trial_program_that_cannot_be_executed_fails_the_trial_in_one_line(tmp_path, program):
     """A trialSpec command that names no file, or a file without execute permission: the trial
@@ -243,6 +249,7 @@ def test_a_trial_program_that_cannot_be_executed_fails_the_trial_in_one_line(tmp
     assert " Failed: " not in proc.stdout  # the rerun ran nothing again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["random", "tpe"])
 def test_one_value_categoricals_run_with_hyperopt(tmp_path, algorithm):
     """Every parameter a one-value categorical (legal in Katib, whose hyperopt service gives

@@ -208,6 +208,7 @@ def out_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("property")
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=run_argv())

@@ -291,6 +291,7 @@ def test_manifest_from_another_image_size(nih_tfrecords, tmp_path):
     assert "image_size is 64 px but --image-size is 224" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("field", "value", "expected"), [
     ("image_size", 32, "image_size is 32, but {shard} holds 64x64 px images (its first record)"),
     ("classes", ["Atelectasis", "Cardiomegaly"],
