@@ -194,6 +194,7 @@ def test_run_that_accepts_no_row_exits_2_and_writes_nothing(ds, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_run_whose_every_image_is_corrupt_exits_2_and_writes_nothing(ds, tmp_path):
     for png in (ds / "images").iterdir():
         data = png.read_bytes()

@@ -249,6 +249,7 @@ def test_a_key_given_twice_in_a_configmap_or_its_template_is_refused_with_both_l
 
 # ---- 6. a collector's path inside a `sh -c` string ------------------------------------------
 
+@pytest.mark.slow
 def test_a_file_collector_path_in_a_sh_c_string_is_rewritten_and_quoted(tmp_path):
     """The File collector's path written unquoted, in double quotes and in single quotes of a
     `sh -c` script became the trial's local folder nowhere (the trial wrote to the container

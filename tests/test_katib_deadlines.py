@@ -134,6 +134,7 @@ def test_a_resume_killed_in_its_first_seconds_still_stops_the_leftovers(tmp_path
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_a_resume_killed_while_reading_its_spec_still_stops_the_leftovers(tmp_path: Path):
     """The gap before a resume's reaper used to start (its imports and spec, about 1.5 s): the
     resume reads its spec from a FIFO nobody writes, so it is killed there, every time."""
@@ -253,6 +254,7 @@ def test_reaper_signals_are_ignored_until_its_pipe_closes():
     assert reaper.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_trial_ends_with_its_main_process_even_if_a_child_holds_its_output(tmp_path: Path):
     """As a pod's processes end with its container: a child left behind (here in a session of
     its own, holding the trial's output) is stopped, and the trial is reported at once."""

@@ -111,6 +111,7 @@ def test_bipop_cmaes_alternates_small_and_large_populations():
     assert runs[:3] == [(0, 6), (1, 6), (2, 12)]
 
 
+@pytest.mark.slow
 def test_ipop_cmaes_sweep_runs_locally_and_shows_its_generations(tmp_path: Path):
     cmd = (f"{PY} -c 'import sys; print(\"loss=0.5\")' ${{trialParameters.learningRate}} "
            "${trialParameters.momentum}")
@@ -258,6 +259,7 @@ def test_int_bounds_random_tpe_and_zero_settings_are_no_stricter_than_katib():
     parse_experiment(d, "x.yaml")
 
 
+@pytest.mark.slow
 def test_a_library_that_fails_fails_the_experiment_as_katib_does(tmp_path: Path):
     d = example("bayesian-optimization")
     d["spec"]["algorithm"]["algorithmSettings"] = [{"name": "n_initial_points", "value": "0"}]
@@ -269,6 +271,7 @@ def test_a_library_that_fails_fails_the_experiment_as_katib_does(tmp_path: Path)
     assert cond["message"].startswith("Suggestion has failed: scikit-optimize")
 
 
+@pytest.mark.slow
 def test_configmap_templates_pass_validation_and_locally_need_their_file_or_a_trial_command(
         tmp_path: Path):
     d = example("random")
@@ -294,6 +297,7 @@ def test_configmap_templates_pass_validation_and_locally_need_their_file_or_a_tr
     assert read_json(tmp_path / "s2" / "results.json")["counts"]["Succeeded"] == 2
 
 
+@pytest.mark.slow
 def test_collector_kinds_are_accepted_and_cluster_only_ones_refused_locally(tmp_path: Path):
     for collector in ({"collector": {"kind": "File"}},
                       {"collector": {"kind": "TensorFlowEvent"}},
@@ -313,6 +317,7 @@ def test_collector_kinds_are_accepted_and_cluster_only_ones_refused_locally(tmp_
     assert "hyperband runs only on a cluster" in line
 
 
+@pytest.mark.slow
 def test_metric_names_with_spaces_under_a_custom_metrics_format(tmp_path: Path):
     d = example("random")
     d["spec"]["objective"].update(objectiveMetricName="val loss",
@@ -521,6 +526,7 @@ def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path
 KATIB_V019 = Path(__file__).parent / "data" / "katib-v0.19"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kind", [("argo-workflow", "Workflow"),
                                        ("trainjob-pytorch", "TrainJob")])
 def test_workflow_and_trainjob_examples_pass_katibs_rules_and_locally_name_their_kind(

@@ -56,6 +56,7 @@ def test_upstream_example_completes_locally(name: str, tmp_path: Path):
     assert (tmp_path / "s" / "results.csv").read_text().startswith("trial,status,lr,momentum,loss")
 
 
+@pytest.mark.slow
 def test_mpijob_example_with_int_steps_completes(tmp_path: Path):
     # The example's goal is loss <= 0.01: keep every loss above it so six trials always run.
     cmd = (f"{PY} -c 'import sys; lr, n = float(sys.argv[1]), int(sys.argv[2]); "
@@ -68,6 +69,7 @@ def test_mpijob_example_with_int_steps_completes(tmp_path: Path):
     assert all(isinstance(t["num-steps"], int) and t["num-steps"] % 10 == 0 for t in res["trials"])
 
 
+@pytest.mark.slow
 def test_failed_and_metrics_unavailable_count_against_max_failed(tmp_path: Path):
     # lr > 0.04: the job fails; 0.03 < lr <= 0.04: it succeeds but reports no objective.
     cmd = (f"{PY} -c 'import sys; lr = float(sys.argv[1]); "
