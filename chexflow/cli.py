@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "chexflow.data.commands",
     "chexflow.train.commands",
     "chexflow.evaluate.commands",
+    "chexflow.explain.commands",
     "chexflow.devcluster.commands",
     "chexflow.slurm.commands",
     "chexflow.jobs.commands",

@@ -278,3 +278,18 @@ def test_horovod_options_best_setting_is_the_fastest_that_keeps_gloos_numbers():
     results = [Result(f"horovod option {n}", "images/s", n, "gloo", [speed.get(n, 45.0)] * 3,
                       [45.0] * 3, 1.0) for n in sides if n != "gloo"]
     assert best_setting(results, sides) == "mpi, yield when idle"
+
+
+@pytest.mark.trainer
+@pytest.mark.slow
+def test_bench_inference_compares_predict_with_evaluate_on_the_same_images(tmp_path):
+    out = tmp_path / "bench"
+    run_chexflow("bench", "--quick", "--only", "inference", "--out", out, timeout=1800)
+    (result,) = read_json(out / "bench.json")["results"]
+    assert result["name"] == "inference densenet121" and result["unit"] == "images/s"
+    assert result["a"].startswith("chexflow predict")
+    assert result["b"].startswith("chexflow evaluate")
+    assert all(x > 0 for x in result["samples_a"] + result["samples_b"])
+    notes = result["notes"]
+    assert notes["images"] > 0 and notes["split"] == "train" and notes["batch_size"] == 4
+    assert "| inference densenet121 |" in (out / "bench.md").read_text()

@@ -207,7 +207,8 @@ def test_model_predicting_nan_is_one_line_and_keeps_the_earlier_evaluation(
     out = tmp_path / "ev"
     _evaluate(nih32, tiny_run, out).check_returncode()
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert set(before) == {"auroc.json", "roc.png", "report.html", "predictions.npz"}
+    assert set(before) == {"auroc.json", "roc.png", "report.html", "predictions.npz",
+                           "calibration.json", "reliability.png", "cam.png", "cam.npz"}
     nan = _nan_model(tiny_run, tmp_path / "nan")
     proc = run_chexflow("evaluate", "--data", nih32, "--model", nan, "--out", out,
                         "--bootstrap", 20, "--overwrite", check=False)

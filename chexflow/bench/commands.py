@@ -11,7 +11,7 @@ from pathlib import Path
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
 ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack",
-              "contention")
+              "contention", "inference")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -113,6 +113,12 @@ def run_bench(args: argparse.Namespace) -> int:
 
         results.append(tf_stack.run(work / "tf-stack", data, "densenet121", size, batch, steps,
                                     repeats, args.baseline_python))
+    if "inference" in wanted:
+        from chexflow.bench import inference
+
+        data = data or synth_tfrecords(work, 120 if quick else 1200, 64, size)
+        results.append(inference.run(work / "inference", data, work / "raw-64" / "images", size,
+                                     batch, repeats))
     if "katib" in wanted:
         results.append(katib_overhead.run(work / "katib", 5 if quick else 20, repeats))
     if "katib-cluster" in wanted:

@@ -151,6 +151,12 @@ def evaluate_op(
     for name, v in (auroc.get("per_class") or {}).items():
         if isinstance(v.get("auroc"), float) and math.isfinite(v["auroc"]):
             metrics.log_metric(f"auroc_{name}", v["auroc"])
+    # calibration and operating points (calibration.json): ece_*, threshold_*, sensitivity_*
+    from chexflow.evaluate.calibration import calibration_metrics
+    from chexflow.results import read_calibration
+
+    for name, value in calibration_metrics(read_calibration(out_dir)).items():
+        metrics.log_metric(name, value)
     curve = micro_roc(f"{out_dir}/predictions.npz")
     roc.log_roc_curve(curve["fpr"], curve["tpr"], curve["thresholds"])
     shutil.copyfile(f"{out_dir}/report.html", report.path)

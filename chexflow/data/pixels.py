@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from chexflow.data.dicom import DicomRejected, dicom_greyscale, is_dicom
 from chexflow.data.faults import FAULTS, cause
 
 
@@ -61,52 +62,75 @@ def load_greyscale(
     """Return (size x size uint8 pixels, the file's bytes, the source mode if it was converted).
 
     RGB(A), palette and 16/32-bit images are converted rather than rejected (16/32-bit ones
-    scaled from their bit depth, see wide_bit_depth; the mode returned says which); a missing,
-    empty, truncated or non-image file, or one larger than Pillow's decompression-bomb limit
-    (Image.MAX_IMAGE_PIXELS, about 89 megapixels), or one with a side below MIN_SIDE (named
-    with `csv_size`, the size the CSV gives, if any), raises ImageRejected.
+    scaled from their bit depth, see wide_bit_depth; the mode returned says which); DICOM files
+    are read with their LUTs applied (chexflow.data.dicom) and then resized like any other; a
+    missing, empty, truncated or non-image file, or one larger than Pillow's decompression-bomb
+    limit (Image.MAX_IMAGE_PIXELS, about 89 megapixels), or one with a side below MIN_SIDE
+    (named with `csv_size`, the size the CSV gives, if any), raises ImageRejected.
     """
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ImageRejected(f"image file not found: {path}") from None
-    except OSError as e:
-        raise ImageRejected(f"image file unreadable: {path}: {cause(e)}") from None
-    if not data:
-        raise ImageRejected(f"image file is empty: {path}")
+    data = read_image_file(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
+            img, mode = _greyscale_image(path, data)
         with img:
-            img.load()
-            mode = img.mode
             if min(img.size) < MIN_SIDE:
                 said = f" (the CSV says {csv_size})" if csv_size else ""
                 raise ImageRejected(
                     f"image is {img.width}x{img.height} px{said}, below {MIN_SIDE} px a side: "
                     f"not a usable radiograph: {path}"
                 )
-            if mode in ("I;16", "I;16B", "I;16L", "I"):
-                wide = np.asarray(img, dtype=np.int64).clip(0, 65535)
-                bits = wide_bit_depth(wide, data)
-                top = (1 << bits) - 1
-                scaled = (wide.clip(0, top) * 255 + top // 2) // top
-                img = Image.fromarray(scaled.astype(np.uint8), mode="L")
-                mode = f"{mode} ({bits}-bit)"
-            elif mode == "F":
-                flt = np.asarray(img, dtype=np.float32)
-                span = float(flt.max() - flt.min()) or 1.0
-                img = Image.fromarray(((flt - flt.min()) / span * 255).astype(np.uint8), mode="L")
-            elif mode != "L":
-                img = img.convert("L")
-            if img.size != (size, size):
-                img = img.resize((size, size), Image.Resampling.BILINEAR, reducing_gap=3.0)
-            pixels = np.asarray(img, dtype=np.uint8)
+            pixels = resized(img, size)
     except UnidentifiedImageError:
         raise ImageRejected(f"not an image Pillow can identify: {path}") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
         raise ImageRejected(f"image too large to decode safely: {path}: {e}") from None
+    except DicomRejected as e:
+        raise ImageRejected(f"{e}: {path}") from None
     except (*FAULTS, SyntaxError, ValueError) as e:
         raise ImageRejected(f"corrupt or unreadable image: {path}: {cause(e)}") from None
     return pixels, data, (None if mode == "L" else mode)
+
+
+def read_image_file(path: Path) -> bytes:
+    """The file's bytes; ImageRejected if it is missing, unreadable or empty."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ImageRejected(f"image file not found: {path}") from None
+    except OSError as e:
+        raise ImageRejected(f"image file unreadable: {path}: {cause(e)}") from None
+    if not data:
+        raise ImageRejected(f"image file is empty: {path}")
+    return data
+
+
+def _greyscale_image(path: Path, data: bytes) -> tuple[Image.Image, str]:
+    """(the file as an 8-bit greyscale PIL image at its own size, the source mode)."""
+    if is_dicom(path, data):
+        pixels, mode = dicom_greyscale(data, Image.MAX_IMAGE_PIXELS)
+        return Image.fromarray(pixels, mode="L"), mode
+    img = Image.open(io.BytesIO(data))
+    with img:
+        img.load()
+        mode = img.mode
+        if mode in ("I;16", "I;16B", "I;16L", "I"):
+            wide = np.asarray(img, dtype=np.int64).clip(0, 65535)
+            bits = wide_bit_depth(wide, data)
+            top = (1 << bits) - 1
+            scaled = (wide.clip(0, top) * 255 + top // 2) // top
+            return Image.fromarray(scaled.astype(np.uint8), mode="L"), f"{mode} ({bits}-bit)"
+        if mode == "F":
+            flt = np.asarray(img, dtype=np.float32)
+            span = float(flt.max() - flt.min()) or 1.0
+            return Image.fromarray(((flt - flt.min()) / span * 255).astype(np.uint8),
+                                   mode="L"), mode
+        return (img.copy() if mode == "L" else img.convert("L")), mode
+
+
+def resized(img: Image.Image, size: int) -> np.ndarray:
+    """An 8-bit greyscale image as size x size uint8 pixels: the one resize every image takes
+    (PNG, JPEG and DICOM alike), at preprocessing and at `chexflow predict`."""
+    if img.size != (size, size):
+        img = img.resize((size, size), Image.Resampling.BILINEAR, reducing_gap=3.0)
+    return np.asarray(img, dtype=np.uint8)

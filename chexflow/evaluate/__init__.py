@@ -1,5 +1,7 @@
-"""Evaluation: predictions for a split, per-class AUROC with bootstrap CIs, ROC plot, report.
+"""Evaluation: predictions for a split, per-class AUROC with bootstrap CIs, ROC plot, report;
+calibration and operating points (calibration), Grad-CAM maps (gradcam) and their figures.
 
-plots, report and results need no TensorFlow (control environment); predict does. The AUROC
-maths is chexflow.auroc, shared with training's validation.
+plots, report, calibration and the report's sections need no TensorFlow (control environment);
+predict, gradcam and insights do. The AUROC maths is chexflow.auroc, shared with training's
+validation.
 """

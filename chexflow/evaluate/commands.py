@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from chexflow.evaluate.report import ci_words, mean_scope
-    from chexflow.evaluate.run import evaluate
+    from chexflow.evaluate.run import OUTPUTS, evaluate
 
     summary = evaluate(
         args.data, args.model, args.split, args.out, args.bootstrap, args.batch_size,
@@ -45,5 +45,5 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if scope:
         print(f"evaluate: the mean is{scope}: their labels in the {args.split} split are all "
               "one value, so they have no AUROC (nanmean)")
-    print(f"evaluate: wrote {args.out}/auroc.json, roc.png, report.html, predictions.npz")
+    print(f"evaluate: wrote {args.out}/{', '.join(OUTPUTS)}")
     return 0

@@ -8,11 +8,9 @@ from tqdm import tqdm
 from chexflow.data.manifest import DatasetError, Manifest
 
 
-def predict_split(model_path, manifest: Manifest, split: str, batch_size: int) -> dict:
-    """{image_index, labels, mask, probs} for every image of `split`."""
-    import tensorflow as tf
-
-    from chexflow.train import data
+def load_checked(model_path, manifest: Manifest):
+    """The model of --model, refused in one line if its input size or output count does not
+    fit the data's manifest."""
     from chexflow.train.models import load_model
 
     model = load_model(model_path)
@@ -23,6 +21,19 @@ def predict_split(model_path, manifest: Manifest, split: str, batch_size: int) -
             f"outputs; {manifest.root}/manifest.json has {manifest.image_size} px images and "
             f"{len(manifest.classes)} classes"
         )
+    return model
+
+
+def predict_split(model_path, manifest: Manifest, split: str, batch_size: int,
+                  model=None) -> dict:
+    """{image_index, labels, mask, probs} for every image of `split`; `model`: the model of
+    `model_path` already loaded (load_checked)."""
+    import tensorflow as tf
+
+    from chexflow.train import data
+
+    if model is None:
+        model = load_checked(model_path, manifest)
     ds, count = data.eval_dataset(manifest, split, batch_size)
     parts = {"image_index": [], "labels": [], "mask": [], "probs": []}
     try:

@@ -198,10 +198,15 @@ def parameters(auroc: dict[str, Any], train: dict[str, Any] | None) -> list[tupl
 
 def render_report(auroc: dict[str, Any], roc_png: str | Path, title: str,
                   train: dict[str, Any] | None = None, curves_png: bytes | None = None,
-                  provenance: str | None = None) -> str:
+                  provenance: str | None = None, sections: list[str] | None = None) -> str:
     """The report page; `train` is the training run's metrics.json (curves come from its
     history, drawn by plots.history_png as `curves_png`); `provenance` defaults to what
-    `data_provenance` says of auroc['data']."""
+    `data_provenance` says of auroc['data']; `sections` (HTML after the ROC curves) to the
+    calibration and Grad-CAM sections of the evaluation folder roc_png is in."""
+    if sections is None:
+        from chexflow.evaluate.insight_report import insight_sections
+
+        sections = insight_sections(Path(roc_png).parent)
     if provenance is None:
         provenance = data_provenance(auroc["data"]) if auroc.get("data") else "not recorded"
     skipped = ", ".join(auroc.get("skipped_classes") or []) or "none"
@@ -222,7 +227,7 @@ def render_report(auroc: dict[str, Any], roc_png: str | Path, title: str,
         "<table><tr><th>Pathology</th><th>AUROC</th><th>95% CI</th><th>CheXNet</th>"
         "<th>Δ</th><th>Positives</th><th>Negatives</th></tr>",
         *class_rows(auroc), "</table>",
-        "<h2>ROC curves</h2>", img_tag(roc_png, "ROC curve of every class"),
+        "<h2>ROC curves</h2>", img_tag(roc_png, "ROC curve of every class"), *sections,
         "<h2>Parameters</h2><table><tr><th>parameter</th><th>value</th></tr>",
         *(f"<tr><td>{html.escape(k)}</td><td>{html.escape(fmt(v, 6))}</td></tr>"
           for k, v in parameters(auroc, train)),

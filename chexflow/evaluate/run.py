@@ -15,12 +15,13 @@ from chexflow.auroc import auroc_summary
 from chexflow.data.manifest import Manifest, load_manifest, verify_shards
 from chexflow.data.output import StagedOutput
 from chexflow.errors import ChexflowError
+from chexflow.evaluate.insights import INSIGHT_OUTPUTS
 from chexflow.evaluate.options import check_options
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.record import check_model_fits
 from chexflow.evaluate.report import write_report
 
-OUTPUTS = ("auroc.json", "roc.png", "report.html", "predictions.npz")
+OUTPUTS = ("auroc.json", "roc.png", "report.html", "predictions.npz", *INSIGHT_OUTPUTS)
 
 
 class EvaluateError(ChexflowError, ValueError):
@@ -70,9 +71,11 @@ def evaluate(
 
 def _evaluate(manifest: Manifest, data: Path, model: Path, split: str, out: Path,
               bootstrap: int, batch_size: int, seed: int) -> dict:
-    from chexflow.evaluate.predict import predict_split
+    from chexflow.evaluate.insights import write_insights
+    from chexflow.evaluate.predict import load_checked, predict_split
 
-    pred = predict_split(model, manifest, split, batch_size)
+    net = load_checked(model, manifest)
+    pred = predict_split(model, manifest, split, batch_size, net)
     check_finite(pred["probs"], model, split)
     np.savez_compressed(
         out / "predictions.npz", classes=np.array(manifest.classes), **pred
@@ -85,6 +88,7 @@ def _evaluate(manifest: Manifest, data: Path, model: Path, split: str, out: Path
     (out / "auroc.json").write_text(json.dumps(summary, indent=2))
     plot_roc(manifest.classes, pred["labels"], pred["probs"], pred["mask"], summary,
              out / "roc.png")
+    write_insights(net, manifest, split, pred, out, batch_size)
     write_report(summary, out / "roc.png", out / "report.html",
                  f"chexflow evaluation: {split} split, {Path(model).name}")
     return summary

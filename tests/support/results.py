@@ -1,22 +1,11 @@
-"""The result files of training and evaluation, read without TensorFlow; a missing file names
-the command that writes it."""
+"""The result files of training and evaluation as the tests read them (chexflow.results'
+reader: a missing file names the command that writes it)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from chexflow.errors import ChexflowError
-
-
-class ResultsMissing(ChexflowError):
-    """An expected result file is not there."""
-
-
-def read_json_result(path: Path, made_by: str) -> dict:
-    if not path.is_file():
-        raise ResultsMissing(f"{path}: not found; it is written by `{made_by}`")
-    return json.loads(path.read_text())
+from chexflow.results import read_json_result
 
 
 def read_metrics(train_out: Path) -> dict:
