@@ -133,12 +133,11 @@ def pages(docs: Path) -> list[Path]:
 
 
 def update(docs: Path, check: bool) -> list[Path]:
-    """The pages whose tables differ from their JSON; rewritten unless `check`."""
-    stale = []
-    for page in pages(docs):
-        text = regenerate(page)
-        if text != page.read_text():
-            stale.append(page)
-            if not check:
-                page.write_text(text)
+    """The pages whose tables differ from their JSON; rewritten unless `check`. Every page is
+    made first, so a table that cannot be made leaves every page as it was."""
+    made = {page: regenerate(page) for page in pages(docs)}
+    stale = [page for page, text in made.items() if text != page.read_text()]
+    if not check:
+        for page in stale:
+            page.write_text(made[page])
     return stale
