@@ -15,7 +15,6 @@ from chexflow.jobs.schema import validate_mpijob
 from tests.recorded_kube_fake import RecordedRequestFakeKubeApi
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
-RBAC = Path(__file__).resolve().parent.parent / "mpijob" / "rbac.yaml"
 MPI_PATH = "/apis/kubeflow.org/v2beta1/namespaces/team-a/mpijobs"
 
 
@@ -140,32 +139,6 @@ def test_batch_job_for_single_process_steps():
     assert post.path == "/apis/batch/v1/namespaces/team-a/jobs"
     assert post.body["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert post.body["spec"]["activeDeadlineSeconds"] == spec.timeout_seconds
-
-
-def test_rbac_grants_exactly_the_verbs_the_backend_uses():
-    """Map every recorded request of success, failure and batch runs to (group, resource, verb)."""
-    fake = RecordedRequestFakeKubeApi(
-        scripts={"f": [["Created", "Failed"]]}, logs={"f": "boom"},
-        failures={"f": ("MPIJobFailed", "x")},
-    )
-    b, _ = backend(fake, delete_policy="always")
-    b.run(train_spec("ok"))
-    with pytest.raises(JobFailed):
-        b.run(train_spec("f"))
-    b.run(JobSpec(name="single", command=["chexflow", "evaluate"]))
-    used = set()
-    for r in fake.requests:
-        parts = r.path.strip("/").split("/")
-        group = "" if parts[0] == "api" else parts[1]
-        rest = parts[4:] if parts[0] == "api" else parts[5:]
-        resource = rest[0] + ("/log" if rest[-1] == "log" else "")
-        named = len(rest) >= 2
-        verb = {"POST": "create", "DELETE": "delete"}.get(r.method, "get" if named else "list")
-        used.add((group, resource, verb))
-    role = [d for d in yaml.safe_load_all(RBAC.read_text()) if d["kind"] == "Role"][0]
-    granted = {(g, res, v) for rule in role["rules"] for g in rule["apiGroups"]
-               for res in rule["resources"] for v in rule["verbs"]}
-    assert used == granted
 
 
 def kubeconfig(path: Path, server: str) -> Path:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from chexflow.envs import REPO_ROOT
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
+from tests.katib_configmap_specs import configmap_spec
 
 ONCE = "(YAML allows a key once; kubectl apply -f would silently keep the last: keep one)"
 ONE_TRIAL = ["--set", "spec.maxTrialCount=1", "--set", "spec.parallelTrialCount=1"]
@@ -231,7 +232,7 @@ def test_a_key_given_twice_in_a_spec_is_refused_with_both_lines(tmp_path):
 
 def test_a_key_given_twice_in_a_configmap_or_its_template_is_refused_with_both_lines(tmp_path):
     """In the template text of the ConfigMap's data, the lines are the file's."""
-    spec = REPO_ROOT / "katib" / "specs" / "chexnet-random.yaml"
+    spec = configmap_spec("chexnet-random", tmp_path / "sweep")
     lines = (REPO_ROOT / "katib" / "trial-templates.yaml").read_text().splitlines()
     image = next(i for i, ln in enumerate(lines) if ln.strip().startswith("image: "))
     name = next(i for i, ln in enumerate(lines) if ln.startswith("  name: "))

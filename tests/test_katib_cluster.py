@@ -7,7 +7,6 @@ the same against the apiserver with Katib's CRDs."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from chexflow.katib.experiment.spec import load_experiment
 from chexflow.katib.experiment.trialspec import render_trial_spec
 from chexflow.katib.local.results import load_results, write_results
 from tests.conftest import run_chexflow
+from tests.katib_configmap_specs import configmap_spec
 from tests.support.katib import local_command
 
 SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"
@@ -68,7 +68,7 @@ def test_cluster_volume_is_the_claim_in_every_trial_pod():
         assert volumes["data"] == {"name": "data",
                                    "persistentVolumeClaim": {"claimName": "run-7-data"}}, role
         assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
-    assert sent.namespace == "kubeflow"  # the spec's
+    assert sent.namespace == "default"  # the spec names none, nor does the call
 
 
 @pytest.mark.parametrize("trial_args, claims, message", [
@@ -89,11 +89,13 @@ def test_cluster_refuses_what_it_cannot_apply_in_one_line(trial_args, claims, me
     assert "\n" not in str(err.value)
 
 
-def test_cluster_sends_the_configmap_template_by_reference_and_inlines_it_when_changed():
-    """As written, the Experiment sent names the ConfigMap (Katib reads it); with --namespace
-    the ConfigMap kept beside the Experiment moves with it. --trial-arg/--volume change the
-    template: it is sent inlined as trialSpec, the ConfigMap's template as it was."""
-    exp = load_experiment(SPEC)
+def test_cluster_sends_the_configmap_template_by_reference_and_inlines_it_when_changed(
+        tmp_path):
+    """A spec naming ConfigMap chexflow-trial-templates: as written, the Experiment sent names
+    the ConfigMap (Katib reads it); with --namespace the ConfigMap kept beside the Experiment
+    moves with it. --trial-arg/--volume change the template: it is sent inlined as trialSpec,
+    the ConfigMap's template as it was."""
+    exp = load_experiment(configmap_spec("chexnet-random", tmp_path))
     sent = cluster_experiment(exp, "team-a", [], {})
     assert sent.raw["spec"]["trialTemplate"]["configMap"] == {
         "configMapName": "chexflow-trial-templates", "configMapNamespace": "team-a",
@@ -111,10 +113,9 @@ def test_cluster_sends_the_configmap_template_by_reference_and_inlines_it_when_c
 
 
 def test_cluster_refuses_trial_args_when_the_configmap_is_not_in_the_repository(tmp_path):
-    """A spec copied away from katib/trial-templates.yaml: sent as written Katib reads the
+    """A spec naming a ConfigMap that is not beside it: sent as written Katib reads the
     cluster's ConfigMap; --trial-arg cannot change a template chexflow cannot read."""
-    path = tmp_path / "alone.yaml"
-    shutil.copyfile(SPEC, path)
+    path = configmap_spec("chexnet-random", tmp_path, with_templates=False)
     exp = load_experiment(path)
     assert exp.config_map is None and exp.trial_spec == {}
     assert cluster_experiment(exp, None, [], {}).raw["spec"]["trialTemplate"]["configMap"]
@@ -123,7 +124,7 @@ def test_cluster_refuses_trial_args_when_the_configmap_is_not_in_the_repository(
     assert str(err.value) == (
         f"{path}: spec.trialTemplate.configMap: --trial-arg and --volume change the trial "
         "template, but ConfigMap kubeflow/chexflow-trial-templates (chexnet-mpijob.yaml) is in "
-        f"none of {tmp_path / 'trial-templates.yaml'}, {tmp_path.parent / 'trial-templates.yaml'}"
+        f"none of {path.parent / 'trial-templates.yaml'}, {tmp_path / 'trial-templates.yaml'}"
         ": give its file with --trial-templates FILE")
 
 

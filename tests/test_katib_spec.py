@@ -271,12 +271,8 @@ def test_trainjob_spec_runs_locally_as_the_mpijob_spec_does_and_a_foreign_runtim
     assert env["CHEXFLOW_JOB_NAME"] == "t1"
 
     foreign = yaml.safe_load(TRAINJOB_SPEC.read_text())
-    (templates,) = [d for d in yaml.safe_load_all(
-        (REPO / "katib" / "trial-templates.yaml").read_text()) if d]
-    trial_spec = yaml.safe_load(templates["data"]["chexnet-trainjob.yaml"])
-    trial_spec["spec"]["runtimeRef"]["name"] = "torch-distributed"
-    foreign["spec"]["trialTemplate"].pop("configMap")
-    foreign["spec"]["trialTemplate"]["trialSpec"] = trial_spec
+    foreign["spec"]["trialTemplate"]["trialSpec"]["spec"]["runtimeRef"]["name"] = \
+        "torch-distributed"
     path = tmp_path / "foreign.yaml"
     path.write_text(yaml.safe_dump(foreign))
     proc = run_chexflow("tune", path, "--state", tmp_path / "s", check=False)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs import JobSpec, JobSpecError, Volume
+from chexflow.jobs.queueing import JOB_UID_LABEL, QueueError
 from chexflow.jobs.render import QUEUE_LABEL, render_batch_job, render_mpijob
 from chexflow.jobs.schema import SchemaError, validate_mpijob
 from chexflow.jobs.spec import ClusterOptions
 from tests.conftest import run_chexflow
+from tests.recorded_kube_fake import Recorded, RecordedRequestFakeKubeApi
 from tests.support.reference import reference_dir
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
@@ -270,12 +274,8 @@ def test_cli_flags_appear_where_mpi_operator_reads_them():
 
 
 def shipped_trial_spec(spec: Path) -> dict:
-    """The trialSpec a shipped Katib spec runs: the ConfigMap template it names, from
-    katib/trial-templates.yaml."""
-    reference = yaml.safe_load(spec.read_text())["spec"]["trialTemplate"]["configMap"]
-    config_map = yaml.safe_load((REPO_ROOT / "katib" / "trial-templates.yaml").read_text())
-    assert config_map["metadata"]["name"] == reference["configMapName"], spec.name
-    return yaml.safe_load(config_map["data"][reference["templatePath"]])
+    """The trialSpec a shipped Katib spec runs (inline: a key of katib/trial-templates.yaml)."""
+    return yaml.safe_load(spec.read_text())["spec"]["trialTemplate"]["trialSpec"]
 
 
 def mpijob_specs() -> list:
@@ -286,13 +286,18 @@ def mpijob_specs() -> list:
 
 @pytest.mark.parametrize("path", mpijob_specs(), ids=lambda p: p.stem)
 def test_katib_trial_specs_carry_what_render_puts_in_an_mpijob(path):
-    """The trialSpec each shipped spec runs (its ConfigMap template: 2 workers x 1 GPU) matches
+    """The trialSpec each shipped spec runs (2 workers x 1 GPU, or 2 CPU workers) matches
     `chexflow mpijob render`: launcher retries, restart policies, no Istio sidecar, numeric
-    non-root user, the GPU toleration and the per-GPU requests; and it passes the CRD schema."""
+    non-root user, the GPU toleration and the per-GPU requests where it has GPUs; and it passes
+    the CRD schema."""
     trial = shipped_trial_spec(path)
     validate_mpijob({**trial, "metadata": {"name": "trial"}}, CRD)
+    worker = trial["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    gpus = int(worker["resources"]["limits"].get("nvidia.com/gpu", 0))
+    sized = {} if gpus else {"cpu": worker["resources"]["requests"]["cpu"],
+                             "memory": worker["resources"]["requests"]["memory"]}
     ours = render_mpijob(JobSpec(name="trial", command=["true"], workers=2, horovod=True,
-                                 gpus_per_worker=1))
+                                 gpus_per_worker=gpus, **sized))
     for key in ("slotsPerWorker", "sshAuthMountPath", "mpiImplementation",
                 "launcherCreationPolicy"):
         assert trial["spec"][key] == ours["spec"][key], key
@@ -337,3 +342,97 @@ def test_workers_are_ready_when_their_sshd_listens_in_renders_and_katib_specs():
         assert job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady", path.name
     assert re.search(r"^Port @PORT@$", (REPO_ROOT / "images/trainer/sshd_config").read_text(),
                      re.M)
+
+
+# ---- RBAC: mpijob/rbac.yaml and mpijob/rbac-cluster.yaml against the backend's requests -----
+
+class _QueuedFakeKubeApi(RecordedRequestFakeKubeApi):
+    """The recorded-request fake with what the backend also reads on a real cluster: job uids,
+    pod lists with a resourceVersion (so it watches the job's pods between polls), an empty
+    watch stream, and Kueue's LocalQueue team-a with an admitted Workload for every job."""
+
+    def request(self, method, url, query_params=None, headers=None, body=None,
+                post_params=None, _preload_content=True, _request_timeout=None):
+        if ("watch", True) in list(query_params or []):
+            self.requests.append(Recorded(method, urlsplit(url).path, dict(query_params), None))
+            return _EmptyStream()
+        return super().request(method, url, query_params, headers, body, post_params,
+                               _preload_content, _request_timeout)
+
+    def _handle(self, method, path, query, body):
+        kueue = re.match(r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/[^/]+/"
+                         r"(localqueues|workloads)(?:/([^/]+))?$", path)
+        if kueue and kueue.group(1) == "localqueues":
+            queue = {"metadata": {"name": "team-a"}}
+            if kueue.group(2) is None:
+                return 200, {"items": [queue]}
+            return (200, queue) if kueue.group(2) == "team-a" else \
+                (404, {"kind": "Status", "reason": "NotFound", "message": "not found"})
+        if kueue:
+            return 200, {"items": [{
+                "metadata": {"name": f"wl-{n}", "uid": f"wl-{n}",
+                             "creationTimestamp": "2026-11-22T00:00:00Z",
+                             "labels": {JOB_UID_LABEL: job.obj["metadata"]["uid"]}},
+                "spec": {"queueName": "team-a"},
+                "status": {"admission": {"clusterQueue": "cq"}, "conditions": [
+                    {"type": "Admitted", "status": "True"}]}}
+                for (_, n), job in self.jobs.items()]}
+        status, payload = super()._handle(method, path, query, body)
+        if method == "POST" and status == 201:
+            payload["metadata"]["uid"] = f"uid-{payload['metadata']['name']}"
+            self.jobs[next(k for k in self.jobs if k[1] == payload["metadata"]["name"])
+                      ].obj["metadata"]["uid"] = payload["metadata"]["uid"]
+        if path.endswith("/pods") and status == 200:
+            payload["metadata"] = {"resourceVersion": "7"}
+        return status, payload
+
+
+class _EmptyStream:
+    """A watch that ends without events."""
+
+    def stream(self, amt=None, decode_content=False):
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def test_rbac_grants_exactly_what_the_backend_asks_for_every_job_kind_and_queue():
+    """Every request of MPIJob runs (succeeding, failing, queued by Kueue, refused for a queue
+    that is not there), a batch Job and a TrainJob, each mapped to (group, resource, verb,
+    namespaced) as RBAC sees it: the Role and ClusterRole grant all of them and nothing
+    more."""
+    import io
+
+    from chexflow.jobs import JobFailed
+    from chexflow.jobs.kubernetes import KubernetesBackend
+    from tests.rbac_requests import access, granted
+
+    fake = _QueuedFakeKubeApi(scripts={"f": [["Created", "Failed"]]}, logs={"f": "boom"},
+                              failures={"f": ("MPIJobFailed", "x")})
+    now = [0.0]
+
+    def backend(**kw) -> KubernetesBackend:
+        return KubernetesBackend(namespace="team-a", api_client=fake.api_client(),
+                                 poll_seconds=5, stream=io.StringIO(), clock=lambda: now[0],
+                                 sleep=lambda s: now.__setitem__(0, now[0] + s), **kw)
+
+    def job(name: str, **kw) -> JobSpec:
+        return JobSpec(name=name, command=["chexflow", "train"], workers=2, horovod=True,
+                       timeout_seconds=600, **kw)
+
+    backend(delete_policy="always").run(job("ok"))
+    with pytest.raises(JobFailed):
+        backend(delete_policy="always").run(job("f"))
+    backend().run(JobSpec(name="single", command=["chexflow", "evaluate"]))
+    backend(job_kind="trainjob").run(job("tj"))
+    backend(options=ClusterOptions(queue="team-a")).run(job("queued"))
+    with pytest.raises(QueueError, match=r"no LocalQueue nope in namespace team-a \(there: "
+                       r"team-a\)"):
+        backend(options=ClusterOptions(queue="nope")).run(job("lost"))
+    used = {access(r.method, r.path, r.query) for r in fake.requests}
+    rbac = REPO_ROOT / "mpijob"
+    assert used == granted(rbac / "rbac.yaml", rbac / "rbac-cluster.yaml")

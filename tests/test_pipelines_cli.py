@@ -27,10 +27,23 @@ def test_every_pipeline_parameter_is_a_run_option_with_its_type():
     assert options["weights"]["chexnet-train"].default == "imagenet"
 
 
-def test_help_states_the_pipeline_and_local_defaults():
+def test_help_states_the_real_defaults_here_and_on_kfp():
+    """Every default as `chexflow run` uses it, also those the signatures name (the namespace,
+    the PVC, the images: no `None`), and the compiled pipeline's where it differs."""
+    from chexflow.container_images import trainer_image
+
     text = " ".join(run_chexflow("run", "--help").stdout.split())
-    assert "--weights WEIGHTS chexnet-train (default imagenet, locally none)" in text
-    assert "--katib-spec KATIB_SPEC tune-then-train (required)" in text
+    assert "--weights S chexnet-train and tune-then-train only; default none; KFP imagenet" \
+        in text
+    assert "--katib-spec S tune-then-train only; required" in text
+    assert "--namespace S default kubeflow --data-pvc S default chexflow-data" in text
+    assert f"--trainer-image S default {trainer_image()}" in text
+    assert ("--epochs N default 6 for chexnet-train, 1 for scaling-study and tune-then-train; "
+            "KFP 5 for chexnet-train and tune-then-train, 1 for scaling-study") in text
+    assert "None" not in text
+    env = {"CHEXFLOW_TRAINER_IMAGE": "registry.example/trainer:7"}  # trainer_image()'s
+    text = " ".join(run_chexflow("run", "--help", env=env).stdout.split())
+    assert "--trainer-image S default registry.example/trainer:7" in text
 
 
 def test_a_parameter_added_to_a_signature_is_an_option(tmp_path):
@@ -41,7 +54,7 @@ def test_a_parameter_added_to_a_signature_is_an_option(tmp_path):
     (defs / "chexnet_train.py").write_text(src.replace("        seed: int = 0,\n", added))
     env = {PIPELINES_DIR_ENV: str(defs)}
     text = " ".join(run_chexflow("run", "--help", env=env).stdout.split())
-    assert "--label-smoothing LABEL_SMOOTHING chexnet-train (default 0.1)" in text
+    assert "--label-smoothing X chexnet-train only; default 0.1" in text
     proc = run_chexflow("run", "chexnet-train", "--label-smoothing", "x", env=env, check=False)
     assert _one_line(proc) == "chexflow run: error: --label-smoothing x: expected a number"
 

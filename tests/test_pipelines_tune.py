@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -20,22 +19,20 @@ from chexflow.components.steps import (
     tune_step,
     tune_trial_metrics,
 )
-from chexflow.katib.experiment.spec import load_experiment
 from chexflow.katib.local.results import load_results
 from chexflow.train.options import TrainOptions
 from tests.conftest import run_chexflow
+from tests.katib_configmap_specs import configmap_spec
 
 SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"
 TRAIN_FLAGS = {"lr", "batch-size"}
 
 
 def small_spec(tmp_path: Path) -> Path:
-    """chexnet-random with only the parameters `chexflow train` has, 2 trials (its ConfigMap's
-    template inlined as trialSpec, to drop the other parameters' flags)."""
+    """chexnet-random with only the parameters `chexflow train` has, 2 trials (the other
+    parameters' flags dropped from its trialSpec)."""
     doc = yaml.safe_load(SPEC.read_text())
     spec = doc["spec"]
-    spec["trialTemplate"].pop("configMap")
-    spec["trialTemplate"]["trialSpec"] = load_experiment(SPEC).trial_spec
     spec["parameters"] = [p for p in spec["parameters"] if p["name"] in TRAIN_FLAGS]
     keep = {p["name"] for p in spec["parameters"]}
     tp = spec["trialTemplate"]["trialParameters"]
@@ -123,9 +120,7 @@ def test_tune_job_on_a_cluster_runs_as_the_tune_account_with_the_runs_pvc_as_the
     argv = spec.command
     # the pod reads the spec from the run's folder on the PVC (tune_step copies it there)
     assert argv[:4] == ["chexflow", "tune", "/srv/pvc/runs/r7/katib-experiment.yaml", "--cluster"]
-    # ... and its ConfigMap template from there too (tune_step copies katib/trial-templates.yaml)
-    templates = argv[argv.index("--trial-templates") + 1]
-    assert templates == "/srv/pvc/runs/r7/katib-trial-templates.yaml"
+    assert "--trial-templates" not in argv  # the shipped spec carries its template
     assert argv[argv.index("--volume") + 1] == "data=run-pvc"
     assert argv[argv.index("--namespace") + 1] == "team-a"  # the run's, not the spec's
     assert argv[argv.index("--set") + 1] == "metadata.name=chexnet-random-r7"  # one per run
@@ -143,9 +138,18 @@ def test_tune_job_on_a_cluster_runs_as_the_tune_account_with_the_runs_pvc_as_the
     assert target.service_account == ""  # the other steps' target is unchanged
 
 
+def test_tune_job_of_a_spec_naming_a_configmap_reads_its_file_from_the_run_folder(tmp_path):
+    """A spec naming ConfigMap chexflow-trial-templates: the pod reads its template from the
+    run's folder too (tune_step copies the file there)."""
+    target = Target(workdir="/srv/pvc/runs/r7", run_id="r7", backend="kubernetes",
+                    namespace="team-a", data_pvc="run-pvc", mount_path="/srv/pvc")
+    argv = tune_job(str(configmap_spec("chexnet-random", tmp_path)), target, {})[0].command
+    templates = argv[argv.index("--trial-templates") + 1]
+    assert templates == "/srv/pvc/runs/r7/katib-trial-templates.yaml"
+
+
 def test_tune_jobs_of_two_runs_name_their_experiments_apart_within_katibs_limit(tmp_path):
-    spec = tmp_path / "long.yaml"  # a copy of the spec, beside a copy of its ConfigMap
-    shutil.copyfile(SPEC.parent.parent / "trial-templates.yaml", tmp_path / "trial-templates.yaml")
+    spec = tmp_path / "long.yaml"  # a copy of the spec
     spec.write_text(SPEC.read_text().replace("name: chexnet-random\n",
                                              "name: chexnet-random-with-a-very-long-name\n", 1))
     names = []

@@ -48,7 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the trialSpec volume NAME: locally a folder (default: "
                    "STATE/volumes/NAME); with --cluster a PersistentVolumeClaim, which replaces "
                    "the volume's source in every trial pod (repeatable)")
-    p.add_argument("--namespace", help="--cluster: namespace (default: the spec's)")
+    p.add_argument("--namespace", help="--cluster: namespace (default: the spec's, else the "
+                   "kubeconfig context's, as kubectl's)")
+    p.add_argument("--update-templates", action="store_true",
+                   help="--cluster: replace the spec's ConfigMap trial template on the cluster "
+                   "with the repository's when they differ (refused otherwise, with the diff)")
     # numbers are read by _check_flags (one line for a bad one, as for every tune flag)
     p.add_argument("--timeout", default=24 * 3600,
                    help="seconds to wait for the end: then --cluster deletes the Experiment; "
@@ -90,6 +94,9 @@ def _check_flags(args: argparse.Namespace) -> None:
     if not args.cluster:
         if args.namespace is not None:
             raise ChexflowError("--namespace: applies to --cluster only (a local sweep has none)")
+        if args.update_templates:
+            raise ChexflowError("--update-templates: applies to --cluster only (a local sweep "
+                                "reads the templates from the repository)")
         _volume_items(args.volumes)
     elif args.namespace is not None and (not NAMESPACE_RE.fullmatch(args.namespace)
                                          or len(args.namespace) > 63):
@@ -194,13 +201,22 @@ def run_katib_service(args: argparse.Namespace) -> int:
 
 
 def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
-    from chexflow.katib.cluster.kubernetes import cluster_experiment, parse_claims, run_on_cluster
+    from chexflow.katib.cluster.kubernetes import (
+        cluster_experiment,
+        current_namespace,
+        parse_claims,
+        run_on_cluster,
+    )
     from chexflow.katib.local.runner import template_quoting_note
 
     if args.trial_command is not None:
         raise ChexflowError("--trial-command: runs trials as local shell commands; on a cluster "
                             "Katib runs the trialSpec (change its command with --trial-arg)")
-    sent = cluster_experiment(exp, args.namespace, args.trial_args, parse_claims(args.volumes))
+    claims = parse_claims(args.volumes)
+    # as `kubectl apply -f`: --namespace, else the spec's, else the context's
+    namespace = args.namespace or exp.raw.get("metadata", {}).get("namespace") or \
+        current_namespace()
+    sent = cluster_experiment(exp, namespace, args.trial_args, claims)
     if exp.config_map is not None and sent.config_map is None:
         print(f"spec.trialTemplate: the template of {exp.config_map.where} sent inlined as "
               "trialSpec (--trial-arg/--volume change it; the ConfigMap stays as it is)")
@@ -208,7 +224,8 @@ def _run_cluster(args: argparse.Namespace, exp, state_dir: Path) -> int:
     note = template_quoting_note(exp)
     if note is not None:
         print(f"note: {note}")
-    summary = run_on_cluster(exp, state_dir, args.timeout, args.poll_interval, args.dry_run)
+    summary = run_on_cluster(exp, state_dir, args.timeout, args.poll_interval, args.dry_run,
+                             update_templates=args.update_templates)
     if not summary:
         return 0
     print(table_text(_rows_for_print(summary)))

@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from chexflow.errors import ChexflowError
 from chexflow.pipelines.checks import shown
 from chexflow.pipelines.registry import (
+    UNKNOWN,
     Parameter,
     pipeline_names,
     pipeline_parameters,
     pipelines_dir,
     run_defaults,
+    signature_defaults,
 )
+from chexflow.pipelines.submit import SERVICE_ACCOUNT
 
 # Pipeline parameters a local run sets itself (raw_dir is --data, work_root is in --out).
 NOT_RUN_OPTIONS = ("raw_dir", "work_root")
@@ -72,26 +76,70 @@ def run_parameters() -> dict[str, dict[str, Parameter]]:
     return out
 
 
+# the metavar of a pipeline option, by its parameter's annotation
+METAVARS = {"int": "N", "float": "X", "bool": "BOOL", "list": "A,B", "dict": "JSON", "str": "S"}
+
+
+def shown_default(value: Any) -> str:
+    """A default as the option would be written."""
+    if value is UNKNOWN:
+        return "set by the definition"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value) if value != "" else "none"
+
+
+def _by_value(values: dict[str, str]) -> str:
+    """`V` when every pipeline has the same, else `V1 (a, b); V2 (c)`."""
+    groups: dict[str, list[str]] = {}
+    for pipeline, value in values.items():
+        groups.setdefault(value, []).append(pipeline)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return ", ".join(f"{value} for {' and '.join(names)}" for value, names in groups.items())
+
+
+def option_help(param: str, by_pipeline: dict[str, Parameter], here: dict[str, dict],
+                compiled: dict[str, dict]) -> str:
+    """`default V` (what `chexflow run` gives each pipeline having it) and, where the compiled
+    pipeline's own default differs, `compiled pipeline: V`."""
+    def value(table: dict[str, dict], pipeline: str) -> str:
+        if param in table[pipeline]:
+            return shown_default(table[pipeline][param])
+        return "required" if by_pipeline[pipeline].required else shown_default(UNKNOWN)
+
+    effective = {name: value(here, name) for name in by_pipeline}
+    theirs = {name: value(compiled, name) for name in by_pipeline}
+    text = "" if len(by_pipeline) == len(here) else f"{' and '.join(by_pipeline)} only; "
+    shown = _by_value(effective)
+    text += shown if shown == "required" else f"default {shown}"
+    if theirs != effective:
+        text += f"; KFP {_by_value(theirs)}"
+    return text
+
+
 def add_pipeline_options(r: argparse.ArgumentParser) -> None:
     """One option per pipeline parameter (from the pipelines' signatures); the help says which
-    pipelines have it, their default, and the local run's default where it differs."""
+    pipelines have it when not all do, its default in `chexflow run` and, where it differs, the
+    compiled pipeline's (a run on Kubeflow Pipelines)."""
     g = r.add_argument_group(
-        "pipeline parameters", "default: the local run's small settings, where it has one, "
-        "else the pipeline's own (the cluster default)")
+        "pipeline parameters", "default: what `chexflow run` gives the pipeline (the small "
+        "settings of its RUN_DEFAULTS, else its signature's); KFP: the compiled pipeline's "
+        f"(its signature's: a Kubeflow Pipelines run's), where it differs. A,B: {LIST_HELP}")
     by_param = run_parameters()  # each definition file parsed once, not once per option
-    local_defaults = {name: run_defaults(name) for name in pipeline_names()}
+    names = pipeline_names()
+    compiled = {name: signature_defaults(name) for name in names}
+    here = {name: {**compiled[name], **run_defaults(name)} for name in names}
     for param, by_pipeline in by_param.items():
-        first = next(iter(by_pipeline.values()))
-        parts = []
-        for pipeline, p in by_pipeline.items():
-            local = local_defaults[pipeline].get(param)
-            shown = "required" if p.required else f"default {p.default}"
-            shown += f", locally {local}" if local is not None and local != p.default else ""
-            parts.append(f"{pipeline} ({shown})")
-        more = f"; {LIST_HELP}" if first.type == "list" else ""
+        typ = next(iter(by_pipeline.values())).type
         # read as text here, as its pipeline's parameter in run_run: one line for a bad value
         g.add_argument(f"--{param.replace('_', '-')}", dest=param,
-                       help="; ".join(parts) + more)
+                       metavar=METAVARS.get(typ, "S"),
+                       help=option_help(param, by_pipeline, here, compiled))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,15 +159,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser(
         "run", help="run a pipeline locally (kfp.local + local Horovod jobs, or jobs on "
         "Kubernetes)",
+        usage="chexflow run [PIPELINE] [--data DIR] [--out DIR] [OPTIONS] [PIPELINE PARAMETERS]",
+        formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=30),
         description="Run a pipeline on this machine with kfp.local's SubprocessRunner; its "
         "jobs run here (--backend local, the default) or as MPIJobs/Jobs on the cluster of "
         "KUBECONFIG (--backend kubernetes --pvc-host-path DIR). Without --data a small "
         "NIH-format dataset is generated.",
     )
-    r.add_argument("pipeline", nargs="?", default="chexnet-train", choices=names)
-    r.add_argument("--data", type=Path, help="NIH-format folder, or chexflow preprocess output")
-    r.add_argument("--out", type=Path,
-                   help="runs go in OUT/PIPELINE-TIME (default: runs, or PVC_HOST_PATH/runs)")
+    r.add_argument("pipeline", nargs="?", default="chexnet-train", choices=names,
+                   metavar="PIPELINE", help=f"one of {', '.join(names)} (default %(default)s)")
+    r.add_argument("--data", type=Path, metavar="DIR",
+                   help="NIH-format folder, or chexflow preprocess output")
+    r.add_argument("--out", type=Path, metavar="DIR",
+                   help="runs go in DIR/PIPELINE-TIME (default: runs, or PVC_HOST_PATH/runs)")
     r.add_argument("--pvc-host-path", type=Path, metavar="DIR",
                    help="with --backend kubernetes: the folder on this machine behind "
                    "--data-pvc (a hostPath or local PersistentVolume); the run and its data go "
@@ -136,15 +188,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.set_defaults(func=run_run)
 
     s = sub.add_parser("submit", help="submit a compiled pipeline to Kubeflow Pipelines")
-    s.add_argument("pipeline", help="a pipeline name or a compiled .yaml")
-    s.add_argument("--host", required=True, help="KFP API URL, e.g. http://localhost:8888")
-    s.add_argument("--namespace", help="Kubeflow profile namespace (multi-user)")
+    s.add_argument("pipeline", help=f"one of {', '.join(names)}, or a compiled .yaml")
+    s.add_argument("--host", required=True, help="KFP API URL, e.g. http://localhost:8888 "
+                   "(kubectl port-forward -n kubeflow svc/ml-pipeline 8888)")
+    s.add_argument("--namespace", help="Kubeflow profile namespace (multi-user): the run's, "
+                   "and the jobs' (the pipeline's namespace parameter) unless --param "
+                   "namespace=... says otherwise")
     s.add_argument("--token", help="bearer token (existing_token)")
     s.add_argument("--experiment", default="chexflow")
     s.add_argument("--run-name")
-    s.add_argument("--service-account", default="chexflow-launcher",
-                   help="the run's service account (see mpijob/rbac.yaml)")
-    s.add_argument("--param", action="append", default=[], metavar="NAME=JSON")
+    s.add_argument("--service-account", default=SERVICE_ACCOUNT,
+                   help="the run's service account (default %(default)s: mpijob/rbac.yaml)")
+    s.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
+                   help="a pipeline parameter (value parsed as JSON, else a string)")
     s.set_defaults(func=run_submit)
 
 
@@ -242,33 +298,36 @@ def run_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def submit_package(pipeline: str) -> Path:
+    """The compiled pipeline `chexflow submit PIPELINE` names: a .yaml path, or a pipeline's
+    compiled YAML beside its definition (one line naming the known pipelines otherwise)."""
+    package = Path(pipeline)
+    if package.suffix:
+        if not package.is_file():
+            raise ChexflowError(f"{package}: no such file (a compiled pipeline .yaml)")
+        return package
+    names = pipeline_names()
+    if pipeline not in names:
+        raise ChexflowError(f"pipeline {shown(pipeline)}: not one of {', '.join(names)} (or "
+                            "give a compiled pipeline .yaml)")
+    package = pipelines_dir() / f"{pipeline}.yaml"
+    if not package.is_file():
+        raise ChexflowError(f"{package}: pipeline {pipeline} is not compiled: run `chexflow "
+                            f"compile {pipeline}`")
+    return package
+
+
 def run_submit(args: argparse.Namespace) -> int:
-    import kfp
+    from chexflow.pipelines.submit import Submission, submit
 
-    package = Path(args.pipeline)
-    if not package.suffix:
-        package = pipelines_dir() / f"{args.pipeline}.yaml"
-    if not package.exists():
-        raise ChexflowError(f"{package}: no compiled pipeline (run `chexflow compile`)")
-    from kfp_server_api.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        client = kfp.Client(host=args.host, namespace=args.namespace, existing_token=args.token)
-        run = client.create_run_from_pipeline_package(
-            str(package), arguments=parse_params(args.param), run_name=args.run_name,
-            experiment_name=args.experiment, namespace=args.namespace,
-            service_account=args.service_account,
-        )
-    except (HTTPError, ConnectionError) as e:
-        raise ChexflowError(
-            f"--host {args.host}: Kubeflow Pipelines API unreachable ({e})"
-        ) from None
-    except ApiException as e:
-        raise ChexflowError(
-            f"--host {args.host}: Kubeflow Pipelines refused the run: HTTP {e.status} {e.reason}: "
-            f"{(e.body or '')[:500]}"
-        ) from None
+    package = submit_package(args.pipeline)
+    if Path(args.pipeline).suffix:  # a compiled file: its parameters' types are not read here
+        params = parse_params(args.param)
+    else:
+        params = check_params(args.pipeline, args.param,
+                              {p.name: p for p in pipeline_parameters(args.pipeline)})
+    run = submit(Submission(package, args.host, args.namespace, args.token, args.experiment,
+                            args.run_name, args.service_account, params))
     print(f"submitted {package.name}: run {run.run_id}  {args.host.rstrip('/')}/#/runs/details/"
           f"{run.run_id}")
     return 0

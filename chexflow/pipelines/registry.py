@@ -11,6 +11,9 @@ It is loaded by path, as `kfp dsl compile --py FILE` does; the compiled IR YAML 
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
+import importlib
 import importlib.util
 import os
 import sys
@@ -65,15 +68,21 @@ def pipeline_parameters(name: str) -> list[Parameter]:
     `@dsl.pipeline` function in its definition file. The file is parsed, not run: the CLI builds
     its parsers in environments without kfp."""
     path = definition_file(name)
+    node = _pipeline_function(path)
+    args = node.args.args
+    defaults = [None] * (len(args) - len(node.args.defaults)) + node.args.defaults
+    own = [_parameter(a, d) for a, d in zip(args, defaults, strict=True)]
+    return own + _cluster_parameters(node, path)
+
+
+def _pipeline_function(path: Path) -> ast.FunctionDef:
+    """The function decorated with @dsl.pipeline(...) in a definition file."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.FunctionDef) and any(
             isinstance(d, ast.Call) and getattr(d.func, "attr", getattr(d.func, "id", None))
             == "pipeline" for d in node.decorator_list
         ):
-            args = node.args.args
-            defaults = [None] * (len(args) - len(node.args.defaults)) + node.args.defaults
-            own = [_parameter(a, d) for a, d in zip(args, defaults, strict=True)]
-            return own + _cluster_parameters(node, path)
+            return node
     raise ChexflowError(f"{path}: no function decorated with @dsl.pipeline(...)")
 
 
@@ -89,6 +98,87 @@ def _cluster_parameters(node: ast.FunctionDef, path: Path) -> list[Parameter]:
         return []
     return [Parameter(name, typ.__name__, required=False, default=default)
             for name, (typ, default) in ClusterOptions.pipeline_parameters().items()]
+
+
+class _Unknown:
+    """A default that cannot be read without running the definition."""
+
+
+UNKNOWN = _Unknown()
+CHEXFLOW_DIR = Path(__file__).resolve().parents[1]
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of a chexflow module, found without importing it."""
+    if module != "chexflow" and not module.startswith("chexflow."):
+        return None
+    rel = Path(*module.split(".")[1:])
+    for path in (CHEXFLOW_DIR / rel.with_suffix(".py"), CHEXFLOW_DIR / rel / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+@functools.cache
+def _module_names(path: Path) -> dict[str, ast.expr | tuple[str, str]]:
+    """A file's top-level names: assigned (NAME = expr) or imported from a module."""
+    names: dict[str, ast.expr | tuple[str, str]] = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name):
+            names[node.targets[0].id] = node.value
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                names[alias.asname or alias.name] = (node.module, alias.name)
+    return names
+
+
+def _static_value(expr: ast.expr, path: Path) -> Any:
+    """A default's value read from the source, as the definition would compute it: literals,
+    names assigned in the file or imported from a chexflow module (read the same way),
+    f-strings of those, `a or b` (a build() argument, None unless given, is skipped), and a
+    call without arguments of a function imported from a chexflow module that imports without
+    kfp (the image defaults); UNKNOWN otherwise."""
+    with contextlib.suppress(ValueError, TypeError, SyntaxError, RecursionError):
+        return ast.literal_eval(expr)
+    if isinstance(expr, ast.Name):
+        found = _module_names(path).get(expr.id)
+        if isinstance(found, ast.expr):
+            return _static_value(found, path)
+        if isinstance(found, tuple) and (source := _module_file(found[0])) is not None:
+            return _static_value(ast.Name(found[1]), source)
+        return UNKNOWN
+    if isinstance(expr, ast.JoinedStr):
+        parts = [_static_value(v.value, path) if isinstance(v, ast.FormattedValue) else v.value
+                 for v in expr.values]
+        return UNKNOWN if UNKNOWN in parts else "".join(map(str, parts))
+    if isinstance(expr, ast.BoolOp) and isinstance(expr.op, ast.Or):
+        values = [_static_value(v, path) for v in expr.values]
+        return next((v for v in values if v is not UNKNOWN and v), UNKNOWN)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and not expr.args \
+            and not expr.keywords:
+        found = _module_names(path).get(expr.func.id)
+        if isinstance(found, tuple) and _module_file(found[0]) is not None:
+            try:
+                return getattr(importlib.import_module(found[0]), found[1])()
+            except Exception:  # noqa: BLE001 - a module that needs kfp, a failing default
+                return UNKNOWN
+    return UNKNOWN
+
+
+def signature_defaults(name: str) -> dict[str, Any]:
+    """Each optional parameter's default in pipeline `name`'s signature, also those it names
+    (DEFAULT_NAMESPACE, trainer_image(), ...), read from the source (UNKNOWN where it cannot
+    be)."""
+    path = definition_file(name)
+    params = {p.name: p for p in pipeline_parameters(name)}
+    out = {n: p.default for n, p in params.items() if not p.required}
+    node = _pipeline_function(path)
+    args = node.args.args
+    for arg, default in zip(args[len(args) - len(node.args.defaults):], node.args.defaults,
+                            strict=True):
+        out[arg.arg] = _static_value(default, path)
+    return out
 
 
 def run_defaults(name: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from chexflow.envs import REPO_ROOT
+from tests.katib_configmap_specs import configmap_spec
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -78,24 +79,39 @@ def test_the_shipped_spec_with_medianstop_passes_katibs_webhook(
                         "--set", "spec.maxTrialCount=2", "--set", "spec.maxFailedTrialCount=1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert not _experiments(katib_cluster.api_client(), katib_namespace)
-    # a dry run writes no ConfigMap: Katib's webhook checks the same template sent inlined
-    assert (f"ConfigMap {katib_namespace}/chexflow-trial-templates: would be created from "
-            f"{REPO_ROOT / 'katib' / 'trial-templates.yaml'}; the dry run sends its template "
-            "inlined") in proc.stdout, proc.stdout
+    assert "ConfigMap" not in proc.stdout  # the shipped spec carries its template
+
+
+def test_every_shipped_spec_is_accepted_by_katib_in_any_namespace_as_kubectl_applies_it(
+        katib_cluster, katib_namespace):
+    """`kubectl apply -n NS -f katib/specs/SPEC.yaml`: each spec names no namespace and carries
+    its trial template, so Katib's webhook accepts it in a namespace of the user's (a
+    server-side dry run, as `kubectl apply --dry-run=server` sends it)."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(katib_cluster.api_client())
+    for spec in sorted((REPO_ROOT / "katib" / "specs").glob("*.yaml")):
+        (body,) = [d for d in yaml.safe_load_all(spec.read_text()) if d]
+        assert "namespace" not in body["metadata"], spec.name
+        made = custom.create_namespaced_custom_object("kubeflow.org", "v1beta1",
+                                                      katib_namespace, "experiments", body,
+                                                      dry_run="All")
+        assert made["metadata"]["namespace"] == katib_namespace, spec.name
 
 
 def test_katib_makes_each_trial_from_the_configmap_template_tune_applies(
         katib_cluster, katib_namespace, tmp_path):
-    """The shipped spec as written (trialTemplate.configMap): `chexflow tune --cluster` creates
-    ConfigMap chexflow-trial-templates beside the Experiment from katib/trial-templates.yaml,
-    and Katib's controller makes the trial's MPIJob from it with the trial's values put in.
-    Its workers would need GPUs and the data PVC: the test stops at the MPIJob (stopping the
-    command deletes the Experiment, its trial and job)."""
+    """A spec naming ConfigMap chexflow-trial-templates in its namespace (as a spec of one's
+    own does): `chexflow tune --cluster` creates the ConfigMap beside the Experiment from
+    katib/trial-templates.yaml, and Katib's controller makes the trial's MPIJob from it with
+    the trial's values put in. Its workers would need GPUs and the data PVC: the test stops at
+    the MPIJob (stopping the command deletes the Experiment, its trial and job)."""
     from kubernetes import client
 
     ns, api = katib_namespace, katib_cluster.api_client()
+    spec = configmap_spec("chexnet-random", tmp_path / "sweep", namespace=ns)
     proc = subprocess.Popen(
-        [*CHEXFLOW, "tune", str(SPEC), "--cluster", "--namespace", ns, "--state",
+        [*CHEXFLOW, "tune", str(spec), "--cluster", "--namespace", ns, "--state",
          str(tmp_path / "state"), "--poll-interval", "3", "--set", f"metadata.name=cm-{ns[-5:]}",
          "--set", "spec.maxTrialCount=1", "--set", "spec.parallelTrialCount=1",
          "--set", "spec.maxFailedTrialCount=1", "--set", "spec.earlyStopping=null"],

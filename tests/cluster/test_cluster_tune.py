@@ -23,6 +23,8 @@ from chexflow.katib.experiment.model import format_value
 from chexflow.katib.experiment.spec import load_experiment
 from chexflow.katib.local.results import load_results
 from chexflow.katib.suggestions.libraries import make_suggester
+from tests.katib_configmap_specs import configmap_spec
+from tests.rbac_requests import Access, StatusRecorder, granted
 
 pytestmark = pytest.mark.cluster
 
@@ -37,10 +39,10 @@ METRICS = "echo val_auroc=0.71 images_per_sec=12 val_loss=0.4"
 class Tune:
     """`chexflow tune SPEC --cluster ...` in a subprocess, its stdout read line by line."""
 
-    def __init__(self, *args: str, kubeconfig: Path | None = None):
+    def __init__(self, *args: str, kubeconfig: Path | None = None, spec: Path = SPEC):
         env = {**os.environ, **({"KUBECONFIG": str(kubeconfig)} if kubeconfig else {})}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "chexflow.cli", "tune", str(SPEC), "--cluster", *args],
+            [sys.executable, "-m", "chexflow.cli", "tune", str(spec), "--cluster", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -73,6 +75,21 @@ def wait_for(what: str, check, timeout: float = 60) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not {what} after {timeout:.0f} s")
         time.sleep(0.2)
+
+
+@pytest.fixture(autouse=True)
+def katib_label(request) -> None:
+    """The test's namespace carries the label Katib's webhook asks of an Experiment's namespace
+    (tune --cluster checks it before anything is sent, as Katib would refuse it)."""
+    if "k8s_namespace" not in request.fixturenames:
+        return
+    from kubernetes import client
+
+    from chexflow.katib.cluster.kubernetes import INJECTION_LABEL
+
+    client.CoreV1Api(request.getfixturevalue("k8s_api")).patch_namespace(
+        request.getfixturevalue("k8s_namespace"),
+        {"metadata": {"labels": dict([INJECTION_LABEL])}})
 
 
 class KatibControllerStandIn:
@@ -358,23 +375,26 @@ def test_stopping_tune_cluster_deletes_the_experiment_and_its_trials(
     wait_for("Experiment and its Trial deleted (garbage collector)", gone, timeout=60)
 
 
-def test_tune_cluster_creates_the_configmap_template_beside_the_experiment_and_updates_it(
+def test_tune_cluster_creates_a_specs_configmap_template_and_replaces_it_only_when_asked(
         k8s_api, k8s_namespace, tmp_path):
-    """The spec as written names ConfigMap chexflow-trial-templates: --cluster creates it in
-    --namespace from katib/trial-templates.yaml before the Experiment, and a later run puts the
-    file's template back in it (a key of its own that the ConfigMap has stays)."""
+    """A spec naming ConfigMap chexflow-trial-templates beside it: --cluster creates it in
+    --namespace from katib/trial-templates.yaml before the Experiment; one that differs there
+    (another Experiment may read it) is refused, after the unified diff, and replaced with
+    --update-templates (a key of its own that the ConfigMap has stays)."""
     from kubernetes import client
 
     ns, core = k8s_namespace, client.CoreV1Api(k8s_api)
-    templates = REPO_ROOT / "katib" / "trial-templates.yaml"
+    spec = configmap_spec("chexnet-random", tmp_path / "sweep")
+    templates = tmp_path / "sweep" / "trial-templates.yaml"
     (shipped,) = [d for d in yaml.safe_load_all(templates.read_text()) if d]
     name = shipped["metadata"]["name"]
 
-    def run(experiment: str) -> list[str]:
+    def run(experiment: str, *extra: str, ends: str = "not finished after 3 s") -> list[str]:
         tune = Tune("--namespace", ns, "--state", str(tmp_path / experiment), "--timeout", "3",
-                    "--poll-interval", "0.3", "--set", f"metadata.name={experiment}")
+                    "--poll-interval", "0.3", "--set", f"metadata.name={experiment}", *extra,
+                    spec=spec)
         code, err = tune.finish()
-        assert code == 2 and "not finished after 3 s" in err, err
+        assert code == 2 and ends in err, err
         return tune.lines
 
     lines = run("first")
@@ -382,14 +402,45 @@ def test_tune_cluster_creates_the_configmap_template_beside_the_experiment_and_u
         in lines, lines
     made = core.read_namespaced_config_map(name, ns)
     assert made.data == shipped["data"] and made.metadata.labels == shipped["metadata"]["labels"]
-    core.patch_namespaced_config_map(name, ns, {"data": {"chexnet-mpijob.yaml": "edited",
+    core.patch_namespaced_config_map(name, ns, {"data": {"chexnet-mpijob.yaml": "edited\n",
                                                          "mine.yaml": "kept"}})
-    lines = run("second")
+    lines = run("second", ends=f"ConfigMap {ns}/{name}: chexnet-mpijob.yaml on the cluster "
+                               f"differs from {templates} (the diff above)")
+    assert lines[:2] == [f"--- ConfigMap {ns}/{name}: chexnet-mpijob.yaml (on the cluster)",
+                         f"+++ {templates}: chexnet-mpijob.yaml"], lines
+    assert lines[2].startswith("@@ -1 +1,") and "-edited" in lines and \
+        "+apiVersion: kubeflow.org/v2beta1" in lines
+    assert core.read_namespaced_config_map(name, ns).data["chexnet-mpijob.yaml"] == "edited\n"
+    assert not client.CustomObjectsApi(k8s_api).list_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL)["items"]  # refused before the Experiment
+    lines = run("third", "--update-templates")
     assert f"ConfigMap {ns}/{name}: updated from {templates} (the trial template Katib reads)" \
         in lines, lines
     assert core.read_namespaced_config_map(name, ns).data == {**shipped["data"],
                                                               "mine.yaml": "kept"}
-    assert f"ConfigMap {ns}/{name}: as in {templates}" in run("third")
+    assert f"ConfigMap {ns}/{name}: as in {templates}" in run("fourth")
+
+
+def test_tune_cluster_into_a_namespace_without_katibs_label_is_one_line_with_the_command(
+        k8s_api, k8s_namespace, tmp_path):
+    """Katib refuses an Experiment in a namespace without its label; tune says so first, with
+    the kubectl command that adds it, and sends nothing."""
+    from kubernetes import client
+
+    from chexflow.katib.cluster.kubernetes import INJECTION_LABEL
+
+    ns = k8s_namespace
+    client.CoreV1Api(k8s_api).patch_namespace(ns, {"metadata": {"labels": {
+        INJECTION_LABEL[0]: None}}})
+    tune = Tune("--namespace", ns, "--state", str(tmp_path / "s"))
+    code, err = tune.finish()
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"chexflow tune: error: namespace {ns} lacks the label {INJECTION_LABEL[0]}: enabled, "
+        f"without which Katib refuses an Experiment there: kubectl label namespace {ns} "
+        f"{INJECTION_LABEL[0]}=enabled"]
+    assert not client.CustomObjectsApi(k8s_api).list_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL)["items"]
 
 
 def test_tune_service_account_from_katib_rbac_yaml_follows_an_experiment_to_a_failed_suggestion_and_nothing_more(  # noqa: E501
@@ -408,6 +459,7 @@ def test_tune_service_account_from_katib_rbac_yaml_follows_an_experiment_to_a_fa
     utils.create_from_yaml(k8s_api, yaml_objects=docs, namespace=ns)
     as_sa = k8s_cluster.api_client()
     as_sa.set_default_header("Impersonate-User", f"system:serviceaccount:{ns}:{sa}")
+    recorder = StatusRecorder(as_sa)
 
     # as the tune step sends it: its --volume data=PVC inlines the ConfigMap's template (the
     # account writes no ConfigMap)
@@ -449,9 +501,14 @@ def test_tune_service_account_from_katib_rbac_yaml_follows_an_experiment_to_a_fa
     ClusterSweep(exp, tmp_path / "state", 10, 0.3, lines.append, as_sa).delete()
     wait_for("Experiment deleted", lambda: not katib.custom.list_namespaced_custom_object(
         GROUP, VERSION, ns, PLURAL)["items"])
+    # what the command asked for was granted, but the reads it goes on without (katib/rbac.yaml)
+    assert set(recorder.refused()) <= {Access("", "namespaces", "get", False),
+                                       Access("", "services", "get", True)}
+    rbac = REPO_ROOT / "katib" / "rbac.yaml"
+    assert recorder.used() - set(recorder.refused()) <= granted(rbac)
     custom, core = client.CustomObjectsApi(as_sa), client.CoreV1Api(as_sa)
     for forbidden in (lambda: core.list_namespaced_secret(ns),
-                      lambda: core.list_namespaced_pod(ns),
+                      lambda: core.list_namespaced_config_map(ns),
                       lambda: custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL),
                       lambda: custom.patch_namespaced_custom_object_status(
                           GROUP, VERSION, ns, PLURAL, NAME, {"status": {}}),

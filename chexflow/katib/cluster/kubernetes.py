@@ -1,15 +1,18 @@
 """`chexflow tune --cluster`: create the Experiment with the Kubernetes client, follow it to its
 end, and write the local runner's results from its Trials.
 
-- What is sent: the spec after `--set` (and Katib's defaults), in `--namespace`; `--trial-arg`
-  set in the primary container's command by the local runner's own builder
-  (`trialspec.override_args`); `--volume NAME=PVC` makes the trialSpec volume NAME that
-  PersistentVolumeClaim in every pod. The result is checked again with Katib's rules (a
-  `--trial-arg` that replaces a `${trialParameters.X}` leaves X unused, which Katib refuses).
-  A ConfigMap template (trialTemplate.configMap) read from the repository (templates.py) is
-  created or updated on the cluster first, in `--namespace` when the spec keeps it beside the
-  Experiment; with `--trial-arg`/`--volume` its template is sent inlined as trialSpec instead
-  (the ConfigMap, which other Experiments may use, stays as it is).
+- What is sent: the spec after `--set` (and Katib's defaults), in `--namespace` (else the
+  spec's, else the kubeconfig context's: current_namespace); `--trial-arg` set in the primary
+  container's command by the local runner's own builder (`trialspec.override_args`); `--volume
+  NAME=PVC` makes the trialSpec volume NAME that PersistentVolumeClaim in every pod. The result
+  is checked again with Katib's rules (a `--trial-arg` that replaces a `${trialParameters.X}`
+  leaves X unused, which Katib refuses). A namespace without Katib's label is one line with the
+  command that adds it, before anything is written. A ConfigMap template
+  (trialTemplate.configMap) read from the repository (templates.py) is created on the cluster
+  first, or keys it lacks added, in `--namespace` when the spec keeps it beside the Experiment;
+  a key that differs there is replaced only with `--update-templates` (else the diff, and one
+  line); with `--trial-arg`/`--volume` its template is sent inlined as trialSpec instead (the
+  ConfigMap, which other Experiments may use, stays as it is).
 - While it runs: one line per change of the Experiment's trial counters (with the best trial so
   far, status.currentOptimalTrial), and one line per Trial that ends, with its condition's
   message when it Failed (and the last lines of its primary container's log), had no metrics
@@ -32,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import difflib
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -49,7 +54,7 @@ from chexflow.katib.experiment.templates import describe, inline, not_found
 from chexflow.katib.experiment.trialspec import override_args, primary_container, volume_names
 from chexflow.katib.local.results import optimal_entry, trial_line, write_results
 from chexflow.katib.local.state import COMPLETED, STATE_FILE, TrialRecord
-from chexflow.kube import api_message, finished_condition, is_transient, load_api_client
+from chexflow.kube import api_message, finished_condition, in_pod, is_transient, load_api_client
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1beta1", "experiments"
 TRIALS, SUGGESTIONS = "trials", "suggestions"
@@ -80,6 +85,11 @@ NO_CONFIG_MAP = "configMap not found"
 SPEC_ANNOTATION = "chexflow.io/spec-sha256"  # Experiment.fingerprint() of what tune sent
 DB_MANAGER = ("kubeflow", "katib-db-manager", 6789)  # Katib's default dbManagerAddress
 OBSERVATION_LOGS = "observation-logs.json"
+# the label Katib's experiment webhook asks of an Experiment's namespace, whatever its collector
+# (pkg/webhook/v1beta1/experiment/validation_webhook.go; common/const.go)
+INJECTION_LABEL = ("katib.kubeflow.org/metrics-collector-injection", "enabled")
+NO_INJECTION_LABEL = "the namespace lacks label"  # ... its refusal
+SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 TEMPLATE_WAIT_S = 15.0  # how long a just-written ConfigMap may take to reach Katib's cache
 PVC_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -100,6 +110,40 @@ class ClusterError(ChexflowError):
 
 class ExperimentStopped(ChexflowError):
     """`chexflow tune --cluster` was stopped or timed out; the Experiment was deleted."""
+
+
+def current_namespace() -> str:
+    """The namespace kubectl would use for an object that names none: the kubeconfig's current
+    context's, else in a pod (without a kubeconfig) the pod's own, else `default`."""
+    from kubernetes import config
+
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if in_pod() and not kubeconfig:
+        with contextlib.suppress(OSError):
+            return SA_NAMESPACE.read_text().strip() or "default"
+        return "default"
+    try:
+        _, context = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (config.ConfigException, OSError, TypeError, ValueError):
+        return "default"  # no configuration: loading the client says so in one line
+    return (context.get("context") or {}).get("namespace") or "default"
+
+
+def unlabelled(namespace: str) -> str:
+    """One line: the namespace lacks the label Katib asks for, and the command that adds it."""
+    key, value = INJECTION_LABEL
+    return (f"namespace {namespace} lacks the label {key}: {value}, without which Katib refuses "
+            f"an Experiment there: kubectl label namespace {namespace} {key}={value}")
+
+
+def template_diff(where: str, current: dict, data: dict, file: Path) -> list[str]:
+    """The unified diff of each key whose template on the cluster differs from the file's."""
+    lines: list[str] = []
+    for key in sorted(k for k in data if k in current and current[k] != data[k]):
+        lines += difflib.unified_diff(str(current[key]).splitlines(), data[key].splitlines(),
+                                      f"{where}: {key} (on the cluster)", f"{file}: {key}",
+                                      lineterm="")
+    return lines
 
 
 def custom_objects_api(api_client=None):
@@ -135,7 +179,8 @@ def cluster_experiment(exp: Experiment, namespace: str | None, trial_args: list[
     ref = template.get("configMap")
     if namespace:
         body.setdefault("metadata", {})["namespace"] = namespace
-        if ref and ref.get("configMapNamespace") == exp.namespace:  # kept beside the Experiment
+        beside = (exp.raw.get("metadata") or {}).get("namespace")  # as the spec names it
+        if ref and beside and ref.get("configMapNamespace") == beside:  # kept beside it
             ref["configMapNamespace"] = namespace
     if not trial_args and not claims:  # no field Katib's rules check has changed
         return dataclasses.replace(exp, namespace=namespace or exp.namespace, raw=body,
@@ -279,8 +324,10 @@ class ClusterSweep:
     """One Experiment on the cluster: created, followed, results written, deleted if stopped."""
 
     def __init__(self, exp: Experiment, state_dir: Path, timeout: float, poll: float,
-                 echo: Callable[[str], None] = print, api_client=None):
+                 echo: Callable[[str], None] = print, api_client=None,
+                 update_templates: bool = False):
         self.exp, self.ns, self.name = exp, exp.namespace, exp.name
+        self.update_templates = update_templates  # replace a ConfigMap template that differs
         self.state_dir, self.timeout, self.poll, self.echo = state_dir, timeout, poll, echo
         self.api = custom_objects_api(api_client)
         self.shown: dict[str, str] = {}  # trial -> the ended status already reported
@@ -297,6 +344,7 @@ class ClusterSweep:
         (created by an earlier `chexflow tune` of it), which is then followed instead."""
         if (existing := self.existing()) is not None:
             return existing
+        self.check_namespace()
         body, written = self.apply_template(dry_run)
         body = copy.deepcopy(body)
         annotations = body.setdefault("metadata", {}).setdefault("annotations", {})
@@ -314,9 +362,27 @@ class ClusterSweep:
                     self._refused(e)
                 time.sleep(1)
 
+    def check_namespace(self) -> None:
+        """One line when the namespace lacks the label Katib's webhook asks for (before anything
+        is written); an account that may not read Namespaces gets the webhook's refusal, told
+        the same way (_refused)."""
+        from kubernetes import client
+
+        try:
+            labels = client.CoreV1Api(self.api.api_client).read_namespace(
+                self.ns).metadata.labels or {}
+        except Exception as e:
+            if getattr(e, "status", None) == 404:
+                raise ClusterError(f"namespace {self.ns} not found") from e
+            return
+        if labels.get(INJECTION_LABEL[0]) != INJECTION_LABEL[1]:
+            raise ClusterError(unlabelled(self.ns))
+
     def apply_template(self, dry_run: bool) -> tuple[dict, bool]:
         """The Experiment to send, and whether its ConfigMap template was just written: the
-        ConfigMap gets the data of the repository's file (created, or its keys updated); a dry
+        ConfigMap gets the data of the repository's file (created, or keys it lacks added); a
+        template on the cluster that differs from the file's is replaced only with
+        --update-templates (other Experiments may read it), else refused with the diff. A dry
         run writes nothing and, when the cluster's differs, sends the template inlined."""
         from kubernetes import client
 
@@ -340,6 +406,15 @@ class ClusterSweep:
         if current is not None and all(current.get(k) == v for k, v in data.items()):
             self.echo(f"{where}: as in {found.file}")
             return body, False
+        diff = template_diff(where, current or {}, data, found.file)
+        if diff and not self.update_templates:
+            for line in diff:  # a diff is many lines: printed before the one-line error
+                self.echo(line)
+            keys = sorted(k for k in data if k in current and current[k] != data[k])
+            raise ClusterError(f"{where}: {', '.join(keys)} on the cluster differs from "
+                               f"{found.file} (the diff above) and other Experiments may read "
+                               f"it: rerun with --update-templates to replace it with the "
+                               f"file's, or apply the file yourself")
         verb = "created" if current is None else "updated"
         if dry_run:
             self.echo(f"{where}: would be {verb} from {found.file}; the dry run sends its "
@@ -382,6 +457,8 @@ class ClusterSweep:
             raise ClusterError(f"{self.where} already exists: delete it or change "
                                f"metadata.name") from e
         message = api_message(e)
+        if NO_INJECTION_LABEL in message:
+            raise ClusterError(unlabelled(self.ns)) from e
         if NO_EARLY_STOPPING_SERVICE in message:
             message += ("; run it without early stopping with --set spec.earlyStopping=null, "
                         "or list that algorithm in katib-config's earlyStopping")
@@ -648,12 +725,13 @@ def check_state_dir(state_dir: Path) -> None:
 
 def run_on_cluster(exp: Experiment, state_dir: Path, timeout: float, poll: float,
                    dry_run: bool, echo: Callable[[str], None] = print,
-                   api_client=None) -> dict[str, Any]:
+                   api_client=None, update_templates: bool = False) -> dict[str, Any]:
     """Create the Experiment (server-side dry run with --dry-run), follow it to its end and
-    write its results; returns the results summary ({} for a dry run)."""
+    write its results; returns the results summary ({} for a dry run). `update_templates`:
+    replace a ConfigMap template on the cluster that differs from the repository's."""
     if not dry_run:
         check_state_dir(state_dir)
-    sweep = ClusterSweep(exp, state_dir, timeout, poll, echo, api_client)
+    sweep = ClusterSweep(exp, state_dir, timeout, poll, echo, api_client, update_templates)
     existing = sweep.create(dry_run)
     if existing is not None:
         created = (existing.get("metadata") or {}).get("creationTimestamp")

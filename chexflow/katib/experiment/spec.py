@@ -37,8 +37,13 @@ from chexflow.katib.experiment.model import (
     Experiment,
     Objective,
     Parameter,
+    format_value,
 )
-from chexflow.katib.experiment.templates import TRIAL_SPEC_PATH, resolve
+from chexflow.katib.experiment.templates import (
+    TRIAL_SPEC_PATH,
+    resolve,
+    unquoted_placeholder,
+)
 from chexflow.katib.experiment.trialspec import trailing_newline
 from chexflow.katib.suggestions.validation import validate_algorithm
 
@@ -284,7 +289,7 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
         config_map=config_map,
         template_files=list(template_files or []),
     )
-    _service_rules(errors, exp)
+    _whole_experiment_rules(errors, exp)
     errors.raise_if_any()
     return exp
 
@@ -339,9 +344,10 @@ def _resume_policy(errors: _Errors, spec: dict) -> None:
                    f"(expected {', '.join(RESUME_POLICIES)})")
 
 
-def _service_rules(errors: _Errors, exp: Experiment) -> None:
+def _whole_experiment_rules(errors: _Errors, exp: Experiment) -> None:
     """What the algorithm's and the early stopping's services check (ValidateAlgorithmSettings,
-    ValidateEarlyStoppingSettings), then a command whose metrics Katib would lose."""
+    ValidateEarlyStoppingSettings), then what Katib accepts but runs badly: a command whose
+    metrics it would lose, a ConfigMap template's placeholder that lost its quotes."""
     if exp.algorithm and not errors.items:
         for path, msg in validate_algorithm(exp):
             errors.add(path, msg)
@@ -350,6 +356,11 @@ def _service_rules(errors: _Errors, exp: Experiment) -> None:
             errors.add(path, msg)
     if not errors.items and (newline := trailing_newline(exp)) is not None:
         errors.add(*newline)  # stricter than Katib, which runs it and loses the metrics
+    if (not errors.items and exp.config_map is not None
+            and "configMap" in exp.trial_template):
+        unquoted = unquoted_placeholder(exp.config_map, placeholder_values(exp))
+        if unquoted is not None:  # Katib would leave each Trial in Created
+            errors.add(*unquoted)
 
 
 def _objective(errors: _Errors, value: Any) -> Objective | None:
@@ -496,6 +507,19 @@ def template_references(node: Any) -> set[str]:
     elif isinstance(node, str):
         found |= set(TRIAL_PARAM_RE.findall(node))
     return found
+
+
+def placeholder_values(exp: Experiment) -> dict[str, list[str]]:
+    """Each trialParameter's values as Katib substitutes them: a parameter's bounds or list
+    (meta references, names, stay strings)."""
+    params = {p.name: p for p in exp.parameters}
+    out: dict[str, list[str]] = {}
+    for tp in exp.trial_parameters:
+        p = params.get(str(tp.get("reference")))
+        if p is not None:
+            out[str(tp.get("name"))] = ([format_value(p, p.low), format_value(p, p.high)]
+                                        if p.numeric else list(p.values))
+    return out
 
 
 def is_meta_reference(ref: str) -> bool:

@@ -12,13 +12,14 @@ or `--volume`) inlines it as trialSpec (`inline`).
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import yaml
 
 from chexflow.errors import ChexflowError
 from chexflow.katib.experiment import yamltext
-from chexflow.katib.experiment.model import ConfigMapTemplate
+from chexflow.katib.experiment.model import TRIAL_PARAM_RE, ConfigMapTemplate
 
 TEMPLATES_FILE = "trial-templates.yaml"
 TRIAL_SPEC_PATH = "spec.trialTemplate.trialSpec"
@@ -142,3 +143,89 @@ def resolve(raw: dict, spec_path: Path, given: Path | None, trial_spec_sets: lis
         inline(raw, found)
         return None, files
     return found, files
+
+
+# ---- placeholders that lost their quotes ---------------------------------------------------
+# How Katib's controller reads a plain (unquoted) YAML scalar once it has put a trial's values
+# in the template's text: sigs.k8s.io/yaml over go-yaml v2 (go.yaml.in/yaml/v2 resolve.go).
+GO_YAML_BOOLS = {"y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON",
+                 "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"}
+GO_YAML_NULLS = {"", "~", "null", "Null", "NULL"}
+GO_YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+GO_YAML_SPECIAL_FLOATS = {f"{sign}{dot}" for sign in ("", "+", "-")
+                          for dot in (".inf", ".Inf", ".INF")} | {".nan", ".NaN", ".NAN"}
+# the fields of a container that the API server takes as strings only
+STRING_LISTS = ("command", "args")
+
+
+def go_yaml_type(text: str) -> str:
+    """What go-yaml v2 makes of a plain scalar: str, bool, null, int or float."""
+    if text in GO_YAML_BOOLS:
+        return "bool"
+    if text in GO_YAML_NULLS:
+        return "null"
+    if text in GO_YAML_SPECIAL_FLOATS:
+        return "float"
+    if text[:1] not in tuple("+-.0123456789"):
+        return "str"
+    plain = text.replace("_", "")
+    if re.fullmatch(r"[-+]?(0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|0[bB][01]+|[0-9]+)", plain):
+        return "int"  # Go's ParseInt with base 0
+    return "float" if GO_YAML_FLOAT.match(plain) else "str"
+
+
+def _string_scalars(node: yaml.Node, path: str, inside: str = ""):
+    """(path, node) of each scalar the API server takes as a string only: a container's
+    command and args items and its env values."""
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            name = getattr(key, "value", "")
+            if name in STRING_LISTS and isinstance(value, yaml.SequenceNode):
+                for i, item in enumerate(value.value):
+                    if isinstance(item, yaml.ScalarNode):
+                        yield f"{path}.{name}[{i}]", item
+            elif name == "value" and inside == "env" and isinstance(value, yaml.ScalarNode):
+                yield f"{path}.value", value
+            else:
+                yield from _string_scalars(value, f"{path}.{name}" if path else name, name)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _string_scalars(item, f"{path}[{i}]", inside)
+
+
+def unquoted_placeholder(template: ConfigMapTemplate, values: dict[str, list[str]]
+                         ) -> tuple[str, str] | None:
+    """(field, why) for the first container arg, command word or env value of the ConfigMap's
+    template written as a plain (unquoted) YAML scalar holding a `${trialParameters.X}` that one
+    of X's `values` turns into no string. Katib puts a trial's values into the ConfigMap's text
+    and reads that as YAML (pkg/controller.v1beta1/experiment/manifest/generator.go
+    applyParameters, GetRunSpecWithHyperParameters -> util.ConvertStringToUnstructured), so
+    `- ${trialParameters.lr}` becomes the number 0.01; the API server refuses the trial's job
+    (args are strings), the Trial stays Created, and only katib-controller's log says why
+    (trial_controller.go reconcileJob: "Create job error"). Else None."""
+    text = str((template.config_map.get("data") or {}).get(template.key) or "")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None  # refused where the template is read
+    for path, node in _string_scalars(root, ""):
+        if node.style is not None or "${trialParameters." not in node.value:
+            continue
+        names = TRIAL_PARAM_RE.findall(node.value)
+        for name in names:
+            for value in values.get(name, []):
+                made = TRIAL_PARAM_RE.sub(lambda m, n=name, v=value: v if m.group(1) == n
+                                          else "x", node.value)
+                kind = go_yaml_type(made)
+                if kind == "str":
+                    continue
+                what = "an arg" if ".args[" in path else "a command word" \
+                    if ".command[" in path else "an env value"
+                return (f"spec.trialTemplate.configMap: {template.where}: {path}",
+                        f"{node.value} is not quoted: Katib puts a trial's value in the "
+                        f"template's text and reads it as YAML, so {value} makes {what} "
+                        f"a YAML {kind}, not a string; the API "
+                        f"server then refuses the trial's {template.trial_spec.get('kind')} "
+                        f"and the Trial stays Created (only katib-controller's log says why): "
+                        f"write \"{node.value}\" in double quotes")
+    return None
