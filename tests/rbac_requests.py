@@ -32,6 +32,8 @@ def access(method: str, path: str, query: dict) -> Access:
     namespaced = rest[:1] == ["namespaces"] and len(rest) > 2
     if namespaced:
         rest = rest[2:]
+    elif rest[:1] == ["namespaces"] and len(rest) == 2:
+        namespaced = True  # a namespace read by name counts as in that namespace (RequestInfo)
     resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
     watch = str(query.get("watch", "")).lower() == "true"
     verb = VERBS.get(method) or ("watch" if watch else "get" if len(rest) >= 2 else "list")

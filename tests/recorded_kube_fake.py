@@ -72,6 +72,8 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
     # (METHOD, path regex, HTTP status): answered once each, in order, before real handling
     inject: list[tuple[str, str, int]] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
+    # namespaces being deleted ("Terminating") or gone (None); any other is Active
+    namespaces: dict[str, str | None] = field(default_factory=dict)
     # ClusterTrainingRuntimes that exist (Kubeflow Trainer v2)
     runtimes: set[str] = field(default_factory=lambda: {"chexflow-horovod"})
     jobs: dict[tuple[str, str], FakeJob] = field(default_factory=dict)
@@ -121,6 +123,9 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
                 return 403, {"kind": "Status", "reason": "Forbidden", "message":
                              'nodes is forbidden: cannot list resource "nodes"'}
             return 200, {"apiVersion": "v1", "kind": "NodeList", "items": self.nodes}
+        m = re.match(r"^/api/v1/namespaces/([^/]+)$", path)
+        if m and method == "GET":
+            return self._namespace(m.group(1))
         m = re.match(r"^/api/v1/namespaces/([^/]+)/pods$", path)
         if m and method == "GET":
             return 200, self._pods(m.group(1), query.get("labelSelector", ""))
@@ -146,6 +151,16 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
                 })
             return 200, {"apiVersion": "v1", "kind": "EventList", "items": items}
         return 404, {"kind": "Status", "status": "Failure", "message": f"no route {path}"}
+
+    def _namespace(self, ns):
+        phase = self.namespaces.get(ns, "Active")
+        if phase is None:
+            return 404, {"kind": "Status", "reason": "NotFound",
+                         "message": f'namespaces "{ns}" not found'}
+        meta = {"name": ns, **({"deletionTimestamp": "2026-11-22T00:00:02Z"}
+                               if phase == "Terminating" else {})}
+        return 200, {"apiVersion": "v1", "kind": "Namespace", "metadata": meta,
+                     "status": {"phase": phase}}
 
     def _job(self, method, kind, ns, name, body):
         if method == "POST":

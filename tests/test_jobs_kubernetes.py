@@ -393,6 +393,111 @@ def test_a_failure_after_mpirun_lost_a_worker_names_that_worker_in_its_first_lin
         "limit); mpirun lost its ranks on t-worker-1.t.team-a.svc")
 
 
+def gang_worker(job: str, index: int, pods_now: int, min_member: int) -> dict:
+    """A worker that scheduler-plugins' Coscheduling keeps Pending: too few pods for its gang."""
+    message = (f"0/2 nodes are available: pre-filter pod {job}-worker-{index} cannot find enough "
+               f"sibling pods, current pods number: {pods_now}, minMember of group: "
+               f"{min_member}.")
+    return {"metadata": {"name": f"{job}-worker-{index}", "namespace": "team-a",
+                         "labels": {"training.kubeflow.org/job-role": "worker"},
+                         "creationTimestamp": "2026-11-22T00:00:01Z"},
+            "status": unschedulable_pod(message)}
+
+
+def test_workers_whose_gang_waits_for_the_launcher_end_the_wait_at_once_saying_why():
+    """A gang scheduler's PodGroup larger than the workers (here --min-available 3 with 2
+    workers) waits for a launcher that mpi-operator creates only once the workers are ready:
+    no wait clears it, and the line says what to set."""
+    from chexflow.jobs.kubernetes import JobUnschedulable
+    from chexflow.jobs.spec import ClusterOptions
+
+    pods = [gang_worker("g", i, 2, 3) for i in range(2)]
+    fake = RecordedRequestFakeKubeApi(scripts={"g": [["Created"]]}, pods={"g": pods})
+    b, out = backend(fake, options=ClusterOptions(gang_scheduling=True, min_available=3))
+    with pytest.raises(JobUnschedulable) as err:
+        b.run(train_spec("g"))
+    assert str(err.value) == (
+        "MPIJob team-a/g cannot be scheduled: pod g-worker-0: its gang never forms: the gang "
+        "scheduler's PodGroup waits for 3 pods together, but only the 2 worker(s) come before "
+        "the launcher, which mpi-operator creates once they are ready (launcherCreationPolicy "
+        "WaitForWorkersReady); set runPolicy.schedulingPolicy.minAvailable to 2, as `chexflow "
+        f"mpijob render` does (the scheduler: {pods[0]['status']['conditions'][0]['message']}) "
+        "(unschedulable for 0s); it was deleted")
+    assert b.clock() == 0
+    assert ("team-a", "g") not in fake.jobs
+    # one of 2 workers created so far (minMember 2): a moment of the start, given the grace
+    fake = RecordedRequestFakeKubeApi(scripts={"g": [["Created"]]},
+                                      pods={"g": [gang_worker("g", 0, 1, 2)]})
+    b, _ = backend(fake)
+    with pytest.raises(JobUnschedulable) as err:
+        b.run(train_spec("g"))
+    assert "gang never forms" not in str(err.value) and b.clock() == 30
+
+
+@pytest.mark.parametrize("phase, says", [("Terminating", "is being deleted"),
+                                         (None, "was deleted")])
+def test_a_job_whose_namespace_is_deleted_under_it_is_reported_as_that(phase, says):
+    """mpi-operator marks the MPIJob Failed (BackoffLimitExceeded) as the namespace's deletion
+    takes its pods: the line names the namespace's deletion, not the job's failure."""
+    fake = RecordedRequestFakeKubeApi(
+        scripts={"t": [["Created", "Running"], ["Created", "Failed"]]},
+        failures={"t": ("BackoffLimitExceeded", "Job has reached the specified backoff limit")},
+        namespaces={"team-a": phase})
+    b, _ = backend(fake)
+    with pytest.raises(JobFailed) as err:
+        b.run(train_spec("t"))
+    assert str(err.value) == (
+        f"MPIJob team-a/t did not finish: namespace team-a {says} while it ran, and its pods "
+        "with it (the MPIJob's last condition: Failed, BackoffLimitExceeded)")
+
+
+def test_workers_deleted_with_their_terminating_namespace_end_the_wait_at_once():
+    """The namespace is being deleted, its pods go, and the MPIJob still says Running (the
+    namespace controller has not reached it): the wait ends there, naming the namespace."""
+    from chexflow.jobs.render import LAUNCHER_ROLE_LABEL
+
+    worker = {"metadata": {"name": "t-worker-0", "namespace": "team-a", "uid": "w0",
+                           "labels": {LAUNCHER_ROLE_LABEL: "worker"},
+                           "deletionTimestamp": "2026-11-22T00:00:02Z"},
+              "status": {"phase": "Running"}}
+    fake = RecordedRequestFakeKubeApi(scripts={"t": [["Created", "Running"]]},
+                                      pods={"t": [worker]}, namespaces={"team-a": "Terminating"})
+    b, out = backend(fake)
+    with pytest.raises(JobFailed) as err:
+        b.run(train_spec("t"))
+    assert str(err.value) == ("MPIJob team-a/t did not finish: namespace team-a is being "
+                              "deleted while it ran, and its pods with it")
+    assert "[t] worker pod t-worker-0 was deleted" in out.getvalue()
+
+
+def test_a_job_gone_while_waiting_is_one_line_naming_why():
+    from kubernetes.client.rest import ApiException
+
+    fake = RecordedRequestFakeKubeApi(scripts={"t": [["Created", "Running"]]})
+    b, _ = backend(fake)
+    real_get = b.get
+    calls = []
+
+    def get(kind, name):
+        calls.append(name)
+        if len(calls) > 1:  # deleted by someone else after the first poll
+            fake.jobs.pop(("team-a", name), None)
+        return real_get(kind, name)
+
+    b.get = get
+    with pytest.raises(JobFailed) as err:
+        b.run(train_spec("t"))
+    assert str(err.value) == "MPIJob team-a/t was deleted while it ran (not by chexflow)"
+    fake.namespaces["team-a"] = None
+    fake.jobs.clear()
+    calls.clear()
+    with pytest.raises(JobFailed) as err:
+        b.run(train_spec("t"))
+    assert str(err.value) == ("MPIJob team-a/t did not finish: namespace team-a was deleted "
+                              "while it ran, and its pods with it")
+    assert not isinstance(err.value.__cause__, ApiException)
+
+
 TRAINJOB_PATH = "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team-a/trainjobs"
 
 

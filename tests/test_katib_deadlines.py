@@ -189,9 +189,8 @@ def test_timeout_stops_a_local_sweep_that_a_rerun_resumes(tmp_path: Path):
     # the sleeper ignores SIGTERM: stopped by SIGKILL after the grace
     cmd = (f"if [ -f {flag} ]; then echo loss=0.5; else trap '' TERM; {PY} -c 'import time; "
            f"time.sleep(300)' {token}; fi")
-    started = time.monotonic()
+    # the sleeper would outlast tune()'s own deadline: a run that waited for it fails there
     proc = tune(example("random"), state, cmd, *budget(1, 1), "--timeout", "3", check=False)
-    assert time.monotonic() - started < 60
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--timeout 3s passed" in lines[0] and str(state) in lines[0]
@@ -260,9 +259,8 @@ def test_a_trial_ends_with_its_main_process_even_if_a_child_holds_its_output(tmp
     its own, holding the trial's output) is stopped, and the trial is reported at once."""
     token = f"chexflow-child-{os.getpid()}"
     cmd = f"setsid {PY} -c 'import time; time.sleep(300)' {token} & echo loss=0.5"
-    started = time.monotonic()
+    # the child sleeps past tune()'s own deadline: a run that waited for it fails there
     tune(example("random"), tmp_path / "s", cmd, *budget(1, 1))
-    assert time.monotonic() - started < 60
     assert [t["status"] for t in read_json(tmp_path / "s" / "results.json")["trials"]] == [
         "Succeeded"]
     assert not sleepers(token)

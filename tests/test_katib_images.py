@@ -202,11 +202,9 @@ def test_katib_images_have_the_documented_layout_and_rebuild_from_cache(refs):
         assert config["Entrypoint"] == [entrypoint], name
         assert config.get("WorkingDir", "") == workdir, name
         assert {p.split("/")[0] for p in config.get("ExposedPorts") or {}} == ports, name
-    start = time.monotonic()
     again = [build.build_image(name) for name in katib.IMAGES]
-    assert all(image.cached for image in again)
+    assert all(image.cached for image in again)  # nothing built again
     assert [image.ref for image in again] == list(refs.values())
-    assert time.monotonic() - start < 30
 
 
 @pytest.mark.realnode

@@ -38,7 +38,8 @@ def test_rendered_mpijob_validates_and_has_the_cluster_fields():
     s = obj["spec"]
     assert s["slotsPerWorker"] == 2
     assert s["runPolicy"] == {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 3600,
-                              "activeDeadlineSeconds": 7200, "backoffLimit": 2}
+                              "activeDeadlineSeconds": 7200, "backoffLimit": 2,
+                              "schedulingPolicy": {"minAvailable": 4}}
     launcher = s["mpiReplicaSpecs"]["Launcher"]
     worker = s["mpiReplicaSpecs"]["Worker"]
     assert launcher["replicas"] == 1 and worker["replicas"] == 4
@@ -187,8 +188,8 @@ def test_cluster_options_reach_every_pod_and_gpu_pods_tolerate_the_gpu_taint():
                 render_batch_job(spec(workers=1, horovod=False, gpus_per_worker=1),
                                  options=options)):
         if obj["kind"] == "MPIJob":
-            validate_mpijob(obj, CRD)
-            assert "schedulingPolicy" not in obj["spec"]["runPolicy"]
+            validate_mpijob(obj, CRD)  # the priority class is the pods' (no gang asked)
+            assert obj["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 4}
         for role, tmpl in pods(obj).items():
             pod = tmpl["spec"]
             assert pod["nodeSelector"] == options.node_selector
@@ -219,6 +220,20 @@ def test_gang_scheduling_sets_run_policy_scheduling_policy():
         ClusterOptions(volcano_queue="research")
 
 
+def test_a_plain_mpijob_counts_only_its_workers_in_any_gang_the_operator_makes():
+    """mpi-operator with --gang-scheduling gang-schedules every MPIJob, with minMember
+    workers + 1 unless schedulingPolicy.minAvailable says otherwise; the launcher comes only
+    once the workers are ready (WaitForWorkersReady), so `chexflow mpijob render` without
+    --gang-scheduling still says the gang is the workers (AtStartup: workers + launcher)."""
+    proc = run_chexflow("mpijob", "render", "--name", "plain", "--workers", 3,
+                        "--gpus-per-worker", 4, "--validate", CRD, "--", "chexflow", "train")
+    obj = yaml.safe_load(proc.stdout)
+    assert obj["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    assert obj["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 3}
+    at_startup = render_mpijob(spec(workers=3), launcher_creation_policy="AtStartup")
+    assert "schedulingPolicy" not in at_startup["spec"]["runPolicy"]  # the operator's default
+
+
 def test_queue_labels_the_job_for_kueue_without_gang_scheduling():
     """--queue is Kueue's LocalQueue: the label on the MPIJob (and batch Job), nothing in
     schedulingPolicy, no suspend of chexflow's own (Kueue's webhook sets it)."""
@@ -226,7 +241,7 @@ def test_queue_labels_the_job_for_kueue_without_gang_scheduling():
     obj = render_mpijob(spec(workers=2), options=options)
     validate_mpijob(obj, CRD)
     assert obj["metadata"]["labels"][QUEUE_LABEL] == "team-a"
-    assert "schedulingPolicy" not in obj["spec"]["runPolicy"]
+    assert obj["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": 2}  # no Volcano queue
     assert "suspend" not in obj["spec"]["runPolicy"]
     for role in ("launcher", "worker"):
         assert QUEUE_LABEL not in pods(obj)[role]["metadata"]["labels"]

@@ -186,8 +186,12 @@ def test_resnet50_resumes_after_a_killed_worker(nih_tfrecords, tmp_path):
                 for pid in [proc.pid, *_descendants(proc.pid)]:
                     os.kill(pid, signal.SIGKILL)
             assert len(workers) == 2, workers
+            # both ranks frozen first: on any machine's speed the kill lands in epoch 2
+            for pid in workers:
+                os.kill(pid, signal.SIGSTOP)
             killed = max(workers)
             os.kill(killed, signal.SIGKILL)
+            os.kill(min(workers), signal.SIGCONT)
             break
     rest, _ = proc.communicate(timeout=300)
     first_run.append(rest)

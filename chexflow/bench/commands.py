@@ -11,7 +11,7 @@ from pathlib import Path
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
 ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack",
-              "contention", "inference")
+              "contention", "inference", "cluster-faults")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "horovodrun, and a TrainJob against the MPIJob) and katib-cluster (the real "
                    "Katib's per-trial overhead against the local runner's), only when named: "
                    "the kubeconfig of a running `chexflow cluster up --real-node --trainer` "
-                   "(--katib for katib-cluster; default: the bench starts a cluster of its own)")
+                   "(--katib for katib-cluster; default: the bench starts a cluster of its own); "
+                   "cluster-faults (the supervised cluster's processes SIGKILLed while an MPIJob "
+                   "trains: docs/cluster-faults.json) needs its state folder beside it")
     p.add_argument("--baseline-python", type=Path,
                    help="tf-stack: the TF 2.15 trainer's python (default .venv-tf2.15/bin/python, "
                    "created on first use)")
@@ -67,6 +69,16 @@ def run_bench(args: argparse.Namespace) -> int:
     quick = args.quick
     repeats = args.repeats or (1 if quick else 3)
     wanted = args.only or COMPARISONS
+    if "cluster-faults" in wanted:  # its own table (chexflow.bench.cluster_faults)
+        from chexflow.bench import cluster_faults
+
+        path = cluster_faults.run(work / "cluster-faults", synth_tfrecords(work, 120, 64, 64),
+                                  out, 4 if quick else cluster_faults.EPOCHS, args.kubeconfig)
+        print(path.read_text())
+        print(f"wrote {path}")
+        wanted = [w for w in wanted if w != "cluster-faults"]
+        if not wanted:
+            return 0
     if "contention" in wanted:  # its own clusters and report (chexflow.bench.contention)
         from chexflow.bench import contention
 

@@ -106,19 +106,21 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from chexflow.devcluster import realnode, supervise
-    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster, check_state_dir
 
     if args.nodes < 1 or args.gpus_per_node < 0 or args.real_nodes < 1:
         raise DevClusterError(f"--nodes and --real-nodes must be >= 1 and --gpus-per-node >= 0 "
                               f"(got {args.nodes}, {args.real_nodes}, {args.gpus_per_node})")
-    if (args.dir / "cluster.json").exists() and LocalCluster.attach(args.dir).running():
-        raise DevClusterError(f"a cluster is already running from {args.dir}: "
-                           f"`chexflow cluster down --dir {args.dir}` first")
+    check_state_dir(args.dir)
+    _clean_unfinished_start(args.dir)
     start = time.monotonic()
+    # --foreground: the cluster goes with this command, however it ends; detached: it outlives
+    # the command once ready (a watcher stops it if the command dies before)
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                            real_node=args.real_node, katib=args.katib,
                            real_nodes=args.real_nodes, trainer=args.trainer, kueue=args.kueue,
-                           coscheduling=args.coscheduling, supervise=not args.foreground)
+                           coscheduling=args.coscheduling, supervise=not args.foreground,
+                           die_with_parent=args.foreground)
     resumed = not args.fresh and (args.dir / "etcd").is_dir()
     cluster.start(timeout=args.timeout, fresh=args.fresh)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
@@ -152,6 +154,27 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _clean_unfinished_start(state_dir: Path) -> None:
+    """Refuse while a cluster runs from `state_dir` or is being started; stop what a start that
+    did not finish left (its `chexflow cluster up` was killed, and so was its watcher)."""
+    from chexflow.devcluster.controlplane import STATE_FILE, DevClusterError, LocalCluster
+
+    if not (state_dir / STATE_FILE).exists():
+        return
+    cluster = LocalCluster.attach(state_dir)
+    if cluster.starting():
+        raise DevClusterError(f"a cluster is being started from {state_dir} by pid "
+                              f"{cluster.starter} (`chexflow cluster up`): wait for it, or "
+                              f"`chexflow cluster down --dir {state_dir}`")
+    if cluster.ready and cluster.running():
+        raise DevClusterError(f"a cluster is already running from {state_dir}: "
+                              f"`chexflow cluster down --dir {state_dir}` first")
+    if not cluster.ready:
+        print(f"stopping what an unfinished `chexflow cluster up` (pid {cluster.starter}) left "
+              f"in {state_dir}", file=sys.stderr)
+    cluster.stop()
+
+
 def cmd_down(args: argparse.Namespace) -> int:
     from chexflow.devcluster.controlplane import LocalCluster
 
@@ -162,6 +185,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Each component as asked of `cluster up` (running, DOWN, or never started), the
+    supervisor, and whether the start finished; 1 when anything is missing, with how to
+    recover."""
     from chexflow.devcluster import supervise
     from chexflow.devcluster.controlplane import LocalCluster
 
@@ -171,21 +197,47 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     cluster = LocalCluster.attach(args.dir)
     down = set(supervise.dead(cluster))
+    expected = cluster.expected_components()
+    missing = [n for n in expected if n not in cluster.processes]
     keeper = supervise.supervisor(args.dir)
     print(f"cluster in {args.dir}: {cluster.server}; supervised by "
-          + (f"pid {keeper['pid']}" if keeper else "nobody (a `cluster up --foreground` "
-             "restarts what exits while it runs)"))
-    for name in reversed(cluster._stop_order()):
-        proc = cluster.processes[name]
-        state = "DOWN" if name in down else f"running (pid {proc['pid']})"
-        print(f"  {name:<24} {state:<22} restarts {proc.get('restarts', 0)}")
-    if down:
-        how = ("the supervisor restarts it within seconds" if keeper else
-               f"`chexflow cluster down --dir {args.dir}` then `chexflow cluster up --dir "
-               f"{args.dir}` (resumes with the objects)")
-        print(f"down: {', '.join(sorted(down))}; {how}; logs in {cluster.log_dir}/")
-        return 1
-    return 0
+          + (f"pid {keeper['pid']}" if keeper else
+             "nobody: its supervisor is gone" if cluster.supervise and cluster.ready else
+             "nobody (a `cluster up --foreground` restarts what exits while it runs)"))
+    for name in [*reversed(cluster._stop_order()), *missing]:
+        state = ("NOT STARTED" if name in missing else "DOWN" if name in down
+                 else f"running (pid {cluster.processes[name]['pid']})")
+        restarts = cluster.processes.get(name, {}).get("restarts", 0)
+        print(f"  {name:<24} {state:<22} restarts {restarts}")
+    verdict = _status_verdict(cluster, sorted(down), missing, keeper is not None)
+    if verdict:
+        print(verdict)
+    return 1 if verdict else 0
+
+
+def _status_verdict(cluster, down: list[str], missing: list[str], supervised: bool
+                    ) -> str | None:
+    """What is wrong with the cluster and how to recover, in one line; None when it is up as
+    asked."""
+    where = cluster.state_dir
+    redo = (f"`chexflow cluster down --dir {where}` then `chexflow cluster up --dir {where}` "
+            f"(resumes with the objects)")
+    if cluster.starting():
+        return (f"starting: `chexflow cluster up` (pid {cluster.starter}) has not finished"
+                + (f"; not started yet: {', '.join(missing)}" if missing else ""))
+    if not cluster.ready:
+        return (f"its start did not finish: the `chexflow cluster up` that started it (pid "
+                f"{cluster.starter}) is gone"
+                + (f"; never started: {', '.join(missing)}" if missing else "")
+                + (f"; down: {', '.join(down)}" if down else "")
+                + f"; `chexflow cluster up --dir {where}` stops what is left and starts it "
+                  f"again (`chexflow cluster down --dir {where}` only stops it)")
+    if down or missing:
+        how = "the supervisor restarts it within seconds" if supervised and not missing else redo
+        return f"down: {', '.join([*down, *missing])}; {how}; logs in {cluster.log_dir}/"
+    if cluster.supervise and not supervised:
+        return f"its supervisor is gone: nothing restarts a component that exits; {redo}"
+    return None
 
 
 def cmd_env(args: argparse.Namespace) -> int:

@@ -29,10 +29,12 @@ import ssl
 import subprocess
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from chexflow.data.faults import cause
 from chexflow.devcluster import (
     binaries,
     certs,
@@ -48,7 +50,7 @@ from chexflow.devcluster import (
 from chexflow.errors import ChexflowError
 from chexflow.kube import client_from_kubeconfig
 from chexflow.ports import free_port, port_free
-from chexflow.processes import die_with_parent
+from chexflow.processes import die_with_parent, stop_marked
 
 STATE_FILE = "cluster.json"
 PORTS_FILE = "ports.json"  # kept after a stop: a resumed cluster listens where it did
@@ -63,6 +65,9 @@ KWOK_START_ATTEMPTS = 3
 KWOK_LEASE_PARALLELISM = 16
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
 KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
+# in every component's environment (value: the state folder), so that a stop also finds a
+# process started a moment before its start was recorded (cluster.json)
+COMPONENT_MARK = "CHEXFLOW_DEVCLUSTER"
 
 
 class DevClusterError(ChexflowError):
@@ -75,6 +80,31 @@ def _alive(pid: int, exe: str) -> bool:
         return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)") == exe
     except OSError:
         return False
+
+
+def process_alive(pid: int) -> bool:
+    """True when process `pid` exists and is not a zombie (killed, not yet reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def check_state_dir(state_dir: Path) -> None:
+    """DevClusterError in one line unless `state_dir` is (or can be made) a folder this process
+    can write in; checked before anything starts."""
+    state_dir = Path(state_dir)
+    if state_dir.exists() and not state_dir.is_dir():
+        raise DevClusterError(f"--dir {state_dir}: exists and is not a folder")
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        probe = state_dir / f".chexflow-write-probe.{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise DevClusterError(f"--dir {state_dir}: cannot write there ({cause(e)}); choose a "
+                              f"folder you can write") from None
 
 
 def rss_mib(pid: int) -> dict[str, float]:
@@ -126,6 +156,10 @@ class LocalCluster:
     supervise: bool = False
     # set once start() has finished: a supervisor restarts nothing before
     ready: bool = False
+    # the process that starts it (cluster.json records it: a start that did not finish is told
+    # from one under way) and this start's own id (a stop leaves a later start's cluster alone)
+    starter: int = 0
+    run_id: str = ""
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
@@ -152,6 +186,7 @@ class LocalCluster:
 
         A state folder used before (stopped, or left by a crash) is resumed: etcd's data and the
         PKI are kept, so the objects are still there; `fresh` starts from an empty etcd."""
+        check_state_dir(self.state_dir)
         if self.running():
             raise DevClusterError(f"a cluster is already running from {self.state_dir}: "
                                f"run `chexflow cluster down --dir {self.state_dir}` first")
@@ -164,8 +199,6 @@ class LocalCluster:
         if fresh:
             for stale in ("etcd", "logs", "volumes"):  # volumes: hostPath data (katib-mysql)
                 shutil.rmtree(self.state_dir / stale, ignore_errors=True)
-        for stale in (STATE_FILE, supervise.STOPPING_FILE, supervise.SUPERVISOR_FILE):
-            (self.state_dir / stale).unlink(missing_ok=True)  # left by a crash
         self.log_dir.mkdir(exist_ok=True)
         old: dict[str, int] = {}
         if not fresh:  # a resumed cluster keeps its ports where free: kubeconfigs stay valid
@@ -180,6 +213,15 @@ class LocalCluster:
             self.ports[k] = old[k] if keep else free_port(self.ports.values())
         self.processes = {}
         self.ready = False
+        self.starter, self.run_id = os.getpid(), uuid.uuid4().hex
+        with supervise.locked(self.state_dir):  # after a stop under way, not during it
+            for stale in (supervise.STOPPING_FILE, supervise.SUPERVISOR_FILE):
+                (self.state_dir / stale).unlink(missing_ok=True)  # left by a crash
+            self.save()  # what was asked, before anything runs: `cluster status` compares
+        # A watcher stops whatever was started if this process dies before the cluster is
+        # ready (SIGKILL included); a detached cluster's then goes on as its supervisor.
+        self._start_reaper(supervise=self.supervise, parent=os.getpid(),
+                           until_ready=not self.die_with_parent)
         try:
             if self.katib:  # before anything starts: refused at once when another cluster has it
                 kubeproxy.claim(self.state_dir, node_bin / "kube-proxy")
@@ -226,17 +268,12 @@ class LocalCluster:
                             "mpi-operator", deadline)
             if kueue_bin:
                 self._start_kueue(kueue_bin, pki, deadline)
-            if self.die_with_parent:  # PR_SET_PDEATHSIG only sends SIGTERM, which an
-                # apiserver whose etcd is gone outlived for 45 min: the reaper stops it all
-                self._start_reaper(supervise=self.supervise)
             if node_bin:
                 self._start_real_node(node_bin, pki, deadline)
             if katib_images:
                 katib.deploy(self, katib_images, timeout=max(5.0, deadline - time.monotonic()))
             if self.trainer:
                 self.add_trainer(timeout=max(5.0, deadline - time.monotonic()))
-            if self.supervise and not self.die_with_parent:
-                self._start_reaper(supervise=True)
             self.ready = True
             self.save()
         except BaseException:
@@ -246,16 +283,35 @@ class LocalCluster:
 
     def stop(self, grace: float = 10) -> None:
         """Stop the components one by one in reverse start order (SIGTERM, then SIGKILL after
-        `grace` s): the apiserver exits in about a second while etcd is still there. A
-        supervisor restarts nothing from then on (it waits for the lock, then sees the mark)."""
-        if self.state_dir.exists():
-            with supervise.locked(self.state_dir):
+        `grace` s): the apiserver exits in about a second while etcd is still there. The stop
+        holds the supervision lock throughout: a supervisor restarts nothing meanwhile, and two
+        stops (a watcher's and a `cluster up`'s) do not overlap. A later start's cluster in the
+        same folder is left alone."""
+        present = self.state_dir.is_dir()  # else removed under it: its processes still go
+        with supervise.locked(self.state_dir) if present else contextlib.nullcontext():
+            recorded = self._recorded_state()
+            if recorded is not None and recorded.get("run_id", "") != self.run_id:
+                return
+            if present:
                 (self.state_dir / supervise.STOPPING_FILE).touch()
-        self._refresh()
-        for name in self._stop_order():
-            proc = self.processes.get(name)
-            if not proc or not _alive(proc["pid"], proc["exe"]):
-                continue
+            if recorded is not None:
+                self.processes = recorded["processes"]
+            for name in self._stop_order():
+                self._stop_process(self.processes[name], grace)
+            for node in realnode.all_nodes(self.state_dir):
+                node.cleanup()
+            if self.katib:
+                kubeproxy.release(self.state_dir)
+            stop_marked(COMPONENT_MARK, str(self.state_dir), grace)  # started, not yet recorded
+            self.processes = {}
+            (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+            (self.state_dir / supervise.STOPPING_FILE).unlink(missing_ok=True)
+
+    def _stop_process(self, proc: dict, grace: float) -> None:
+        """SIGTERM, then SIGKILL after `grace` s, one recorded process."""
+        with contextlib.suppress(ProcessLookupError):
+            if not _alive(proc["pid"], proc["exe"]):
+                return
             os.kill(proc["pid"], signal.SIGTERM)
             end = time.monotonic() + grace
             while _alive(proc["pid"], proc["exe"]):
@@ -265,14 +321,7 @@ class LocalCluster:
                     break
                 self._reap(proc["pid"])
                 time.sleep(0.05)
-            self._reap(proc["pid"])
-        for node in realnode.all_nodes(self.state_dir):
-            node.cleanup()
-        if self.katib:
-            kubeproxy.release(self.state_dir)
-        self.processes = {}
-        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
-        (self.state_dir / supervise.STOPPING_FILE).unlink(missing_ok=True)
+        self._reap(proc["pid"])
 
     def _stop_order(self) -> list[str]:
         """The recorded processes, the last in START_ORDER first; an extra real node's
@@ -282,6 +331,30 @@ class LocalCluster:
         def key(name: str) -> int:
             return rank.get(name, rank.get(name.rsplit("-", 1)[0], len(rank)))
         return sorted(self.processes, key=key, reverse=True)
+
+    def expected_components(self) -> list[str]:
+        """The processes this cluster runs when it is up, as asked (--coscheduling, --kueue,
+        real nodes, --katib, --trainer), in start order."""
+        names = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
+        if self.coscheduling:
+            names += ["coscheduling-scheduler", "podgroup-controller"]
+        names.append("mpi-operator")
+        if self.kueue:
+            names.append("kueue")
+        if self.real_node:
+            names += ["containerd", "kubelet", "coredns"]
+            for node in range(1, self.real_nodes):
+                suffix = realnode.RealNode(self.state_dir, node).suffix
+                names += [f"containerd{suffix}", f"kubelet{suffix}"]
+        if self.katib:
+            names.append("kube-proxy")
+        if self.trainer:
+            names += ["jobset", "trainer"]
+        return names
+
+    def starting(self) -> bool:
+        """True while the process that starts this cluster is still at it (not ready yet)."""
+        return not self.ready and bool(self.starter) and process_alive(self.starter)
 
     def component_alive(self, name: str) -> bool:
         """True when the recorded process of component `name` still runs."""
@@ -315,11 +388,28 @@ class LocalCluster:
                  "real_nodes": self.real_nodes, "trainer": self.trainer, "katib": self.katib,
                  "kueue": self.kueue, "coscheduling": self.coscheduling, "host": self.host,
                  "ports": self.ports,
-                 "processes": self.processes, "ready": self.ready}
+                 "processes": self.processes, "ready": self.ready,
+                 "supervise": self.supervise, "starter": self.starter, "run_id": self.run_id}
         tmp = self.state_dir / f".{STATE_FILE}.{os.getpid()}"  # readers never see half of it
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_dir / STATE_FILE)
         (self.state_dir / PORTS_FILE).write_text(json.dumps(self.ports))
+
+    def recorded(self) -> bool:
+        """True while cluster.json records this start of the cluster (not stopped since, nor
+        started again); the processes are read from it."""
+        state = self._recorded_state()
+        if state is None or state.get("run_id", "") != self.run_id:
+            return False
+        self.processes = state["processes"]
+        return True
+
+    def _recorded_state(self) -> dict | None:
+        """cluster.json as it is now, or None when there is none (stopped, or never started)."""
+        try:
+            return json.loads((self.state_dir / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            return None
 
     def _refresh(self) -> None:
         """The processes as cluster.json records them now: a supervisor may have restarted
@@ -346,7 +436,9 @@ class LocalCluster:
                    kueue=state.get("kueue", False),
                    coscheduling=state.get("coscheduling", False),
                    host=state.get("host", "127.0.0.1"), ports=state["ports"],
-                   processes=state["processes"], ready=state.get("ready", True))
+                   processes=state["processes"], ready=state.get("ready", True),
+                   supervise=state.get("supervise", False), starter=state.get("starter", 0),
+                   run_id=state.get("run_id", ""))
 
     # ---- clients -------------------------------------------------------------------------------
     def api_client(self):
@@ -369,7 +461,7 @@ class LocalCluster:
                                     # its own kubeconfig: mpi-operator lets KUBECONFIG
                                     # override --kubeConfig (a caller's may name another cluster)
                                     env={**os.environ, "KUBECONFIG": str(self.kubeconfig),
-                                         **(env or {})},
+                                         COMPONENT_MARK: str(self.state_dir), **(env or {})},
                                     preexec_fn=die_with_parent() if self.die_with_parent else None)
         self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log),
                                 "args": args, **({"env": env} if env else {})}
@@ -621,19 +713,20 @@ class LocalCluster:
         self.supervise = True
         return self._start_reaper(supervise=True, parent=0)
 
-    def _start_reaper(self, supervise: bool = False, parent: int | None = None) -> int:
-        """A detached watcher that stops this cluster (real node included) if this process
-        dies without stopping it (chexflow.devcluster.reaper); with `supervise` it also restarts
-        components that exit (a detached cluster's: it watches no parent)."""
+    def _start_reaper(self, supervise: bool = False, parent: int = 0,
+                      until_ready: bool = False) -> int:
+        """A detached watcher that stops this cluster (real node included) if process `parent`
+        dies without stopping it (chexflow.devcluster.reaper), or with `until_ready` only if it
+        dies before the cluster is ready; with `supervise` it also restarts components that exit
+        once the cluster is ready."""
         import sys
 
-        if parent is None:
-            parent = os.getpid() if self.die_with_parent else 0
         name = "supervisor" if supervise else "reaper"
         with open(self.log_dir / f"{name}.log", "ab") as out:
             return subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
                                      str(self.state_dir), str(parent),
-                                     *(["--supervise"] if supervise else [])], stdout=out,
+                                     *(["--supervise"] if supervise else []),
+                                     *(["--until-ready"] if until_ready else [])], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True).pid
 

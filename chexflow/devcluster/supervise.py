@@ -65,8 +65,8 @@ def restart_dead(cluster: LocalCluster) -> list[str]:
     """One supervision pass: restart every exited component (etcd before the apiserver, ...),
     unless the cluster is being stopped. Returns the names restarted."""
     with locked(cluster.state_dir):
-        if (cluster.state_dir / STOPPING_FILE).exists():
-            return []
+        if (cluster.state_dir / STOPPING_FILE).exists() or not cluster.recorded():
+            return []  # a stop has begun, or ended while this pass waited for the lock
         names = dead(cluster)
         for name in names:
             restart(cluster, name)

@@ -25,11 +25,18 @@ MAY_NOT_START = ("ErrImagePull", "ImagePullBackOff", "CreateContainerConfigError
 # Scheduler messages that say the cluster is full or busy, not that the spec is wrong.
 # scheduler-plugins' Coscheduling: a gang that does not fit yet ("podGroup NS/NAME failed
 # recently", "... is unschedulable even after PostFilter") waits like a pod on a full cluster;
-# "cannot find enough sibling pods" (minAvailable above the job's pods) is the spec's fault.
+# "cannot find enough sibling pods" (minAvailable above the job's pods; its message also says
+# "unschedulable even after PostFilter") is the spec's fault, and when it asks for more pods than
+# the workers the launcher waits for, it never clears (gang_never_forms).
 # A job no empty cluster could hold either is told apart at once by capacity.py (Nodes' GPUs).
 FULL_CLUSTER = ("Insufficient", "Too many pods", "free ports", "node.kubernetes.io/",
                 "were unschedulable", "unbound immediate PersistentVolumeClaims",
                 "failed recently", "unschedulable even after PostFilter")
+
+
+# scheduler-plugins' Coscheduling, PreFilter: the PodGroup asks for more pods than exist yet
+SHORT_GANG = re.compile(r"cannot find enough sibling pods, current pods number: (\d+), "
+                        r"minMember of group: (\d+)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,24 @@ def pod_blockers(pod) -> list[Blocker]:
             found.append(Blocker(f"{what} container {status.name}",
                                  one_line(f"{waiting.reason}: {waiting.message or ''}"), grace))
     return found
+
+
+def gang_never_forms(blocker: Blocker, workers: int) -> Blocker | None:
+    """The workers' scheduling reason when their gang can never form: the PodGroup's minMember
+    exceeds the `workers`, the only pods there are until they are ready (an MPIJob whose
+    launcher waits for its workers, launcherCreationPolicy WaitForWorkersReady). No wait clears
+    it, so it ends the wait at once; None for any other reason (a gang whose pods are still
+    being created also lacks siblings for a moment)."""
+    match = SHORT_GANG.search(blocker.why) if blocker.unschedulable else None
+    if match is None or int(match.group(2)) <= workers:
+        return None
+    members = int(match.group(2))
+    why = (f"its gang never forms: the gang scheduler's PodGroup waits for {members} pods "
+           f"together, but only the {workers} worker(s) come before the launcher, which "
+           f"mpi-operator creates once they are ready (launcherCreationPolicy "
+           f"WaitForWorkersReady); set runPolicy.schedulingPolicy.minAvailable to {workers}, as "
+           f"`chexflow mpijob render` does (the scheduler: {blocker.why})")
+    return Blocker(blocker.what, why, 0, unschedulable=True)
 
 
 def refused_pods(event) -> bool:

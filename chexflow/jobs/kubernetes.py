@@ -13,6 +13,8 @@ mpi-operator's event). Kubernetes retries all of these, so each gets a grace per
 for what the job's spec got wrong, long when the cluster is only full.
 Stopping the process (SIGTERM: a KFP run terminated, a pod deleted; Ctrl-C) deletes the job with
 its pods (propagation Background) before it exits: nothing keeps running.
+A job whose namespace is deleted while it runs (seen when its workers go, or when it fails or
+vanishes: the namespace is read then) is reported as that, not as the job's own failure.
 
 A TrainJob's pods are its JobSet's (labelled jobset.sigs.k8s.io/jobset-name): the `launcher`
 replicated job's pod runs mpirun, the `node` pods are its workers; deleting the TrainJob deletes
@@ -40,6 +42,7 @@ from chexflow.jobs.diagnosis import (
     BAD_INPUT_GRACE_SECONDS,
     Blocker,
     ended_attempts,
+    gang_never_forms,
     latest_condition,
     lost_rank,
     one_line,
@@ -214,7 +217,9 @@ class KubernetesBackend:
         tail = self.log_tail(kind, spec.name)
         if not tail.strip() and self._failed_attempts:  # the last attempt's pod is gone
             tail = list(self._failed_attempts.values())[-1]
-        if cond["type"] == "Failed":
+        if cond["type"] == "Failed":  # the job's own failure, or its namespace's deletion?
+            self.check_namespace(kind, spec.name,
+                                 f"Failed, {cond.get('reason') or 'no reason'}")
             events = self.events(spec.name)
             if self.delete_policy == "always":
                 self.delete(kind, spec.name)
@@ -305,8 +310,9 @@ class KubernetesBackend:
         last_state = last_queue = None
         blocked_since: dict[str, float] = {}  # Blocker.what -> when first seen
         sized = False  # the job's GPUs were checked against the cluster's nodes
+        incidents = 0  # worker incidents when the namespace was last looked at
         while True:
-            current = self.get(kind, name)
+            current = self.get_while_waiting(kind, name)
             queued, last_queue = self.queued(kind, current, last_queue)
             if queued:
                 deadline = self.clock() + timeout_seconds
@@ -323,6 +329,9 @@ class KubernetesBackend:
             pods = self.pods(kind, name)
             self.note_failed_attempts(kind, name, pods)
             self.note_workers(name, pods)
+            if len(self._incidents) > incidents:  # a worker deleted or failed (here or in
+                incidents = len(self._incidents)  # the pod watch): with its namespace?
+                self.check_namespace(kind, name)
             blockers = self.blockers(obj, pods)
             if not sized and any(b.unschedulable for b in blockers):
                 sized = True
@@ -348,6 +357,43 @@ class KubernetesBackend:
                     self.log_tail(kind, name),
                 )
             self.pause(kind, name)
+
+    def get_while_waiting(self, kind: str, name: str) -> dict[str, Any]:
+        """The job as get() reads it; JobFailed in one line when it is gone: its namespace was
+        deleted (or is being deleted), or someone deleted the job."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            return self.get(kind, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        self.check_namespace(kind, name)
+        raise JobFailed(f"{kind} {self.namespace}/{name} was deleted while it ran (not by "
+                        f"chexflow)")
+
+    def check_namespace(self, kind: str, name: str, last: str = "") -> None:
+        """JobFailed in one line when the job's namespace is being (or was) deleted: its pods
+        and the job go with it. `last`: the job's last condition, when it has one."""
+        ending = self.namespace_ending()
+        if ending:
+            raise JobFailed(f"{kind} {self.namespace}/{name} did not finish: namespace "
+                            f"{self.namespace} {ending} while it ran, and its pods with it"
+                            + (f" (the {kind}'s last condition: {last})" if last else ""))
+
+    def namespace_ending(self) -> str | None:
+        """"was deleted" or "is being deleted" when the job's namespace is gone or terminating;
+        None while it is there, or when it cannot be read (a service account without `get` on
+        its namespace)."""
+        from kubernetes.client.rest import ApiException
+
+        try:
+            ns = self._call(self.core.read_namespace, self.namespace)
+        except ApiException as e:
+            gone = f'namespaces "{self.namespace}" not found' in api_message(e)
+            return "was deleted" if e.status == 404 and gone else None
+        terminating = ns.status is not None and ns.status.phase == "Terminating"
+        return "is being deleted" if ns.metadata.deletion_timestamp or terminating else None
 
     def queued(self, kind: str, current: dict[str, Any], last: str | None
                ) -> tuple[bool, str | None]:
@@ -437,6 +483,10 @@ class KubernetesBackend:
         MPIJob's and its launcher Job's, or the Job's)."""
         kind, name = obj["kind"], obj["metadata"]["name"]
         found = [b for pod in pods for b in pod_blockers(pod)]
+        if kind == "MPIJob" and obj["spec"].get("launcherCreationPolicy") == \
+                "WaitForWorkersReady":
+            workers = obj["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+            found = [gang_never_forms(b, workers) or b for b in found]
         live = [p for p in pods if not p.metadata.deletion_timestamp
                 and (p.status is None or p.status.phase not in ("Succeeded", "Failed"))]
         if kind == "MPIJob":

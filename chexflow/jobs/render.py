@@ -151,17 +151,26 @@ def _pod_template(
 
 
 def scheduling_policy(spec: JobSpec, options: ClusterOptions,
-                      launcher_creation_policy: str = "WaitForWorkersReady") -> dict[str, Any]:
-    """runPolicy.schedulingPolicy for gang scheduling (Volcano or scheduler-plugins, as the
-    operator is configured): the pods that exist together start together unless minAvailable.
-    With WaitForWorkersReady mpi-operator creates the launcher only once the workers are ready,
-    so the gang is the workers: counting the launcher in it (mpi-operator's default, workers + 1)
-    would hold the workers for a pod that never comes."""
-    launcher = 1 if launcher_creation_policy == "AtStartup" else 0
-    policy: dict[str, Any] = {"minAvailable": options.min_available or spec.workers + launcher}
+                      launcher_creation_policy: str = "WaitForWorkersReady"
+                      ) -> dict[str, Any] | None:
+    """runPolicy.schedulingPolicy: what a gang scheduler (Volcano or scheduler-plugins, as the
+    operator is configured) makes of the job's PodGroup; None when nothing needs saying.
+
+    mpi-operator started with --gang-scheduling makes a PodGroup for every MPIJob, whether the
+    job asks for gang scheduling or not, with minMember = schedulingPolicy.minAvailable, or
+    workers + 1 when unset (pkg/controller/podgroup.go, calculateMinAvailable). With
+    WaitForWorkersReady it creates the launcher only once the workers are ready, so a gang
+    that counts the launcher holds the workers for a pod that never comes: minAvailable is the
+    workers whenever the launcher waits for them (a cluster without gang scheduling ignores
+    it), and the workers + 1 with AtStartup. Queue and priority class only for --gang-scheduling."""
+    waits = launcher_creation_policy == "WaitForWorkersReady"
+    if not (options.gang_scheduling or waits):
+        return None
+    policy: dict[str, Any] = {"minAvailable": options.min_available
+                              or spec.workers + (0 if waits else 1)}
     if options.volcano_queue:
         policy["queue"] = options.volcano_queue
-    if options.priority_class:
+    if options.gang_scheduling and options.priority_class:
         policy["priorityClass"] = options.priority_class
     return policy
 
@@ -201,9 +210,9 @@ def render_mpijob(
         "backoffLimit": LAUNCHER_BACKOFF_LIMIT if spec.backoff_limit is None
         else spec.backoff_limit,
     }
-    if options.gang_scheduling:
-        run_policy["schedulingPolicy"] = scheduling_policy(spec, options,
-                                                           launcher_creation_policy)
+    policy = scheduling_policy(spec, options, launcher_creation_policy)
+    if policy is not None:
+        run_policy["schedulingPolicy"] = policy
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": "MPIJob",

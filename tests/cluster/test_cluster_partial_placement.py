@@ -77,7 +77,8 @@ def test_two_mpijobs_without_gang_scheduling_deadlock_in_partial_placement(defau
         obj = be.render(JobSpec(name=job, command=["chexflow", "train"], horovod=True,
                                 workers=WORKERS, gpus_per_worker=GPUS,
                                 env={nodes.OUTCOME_ENV: "hold"}, timeout_seconds=300))
-        assert "schedulingPolicy" not in obj["spec"]["runPolicy"]  # no gang
+        # no gang: mpi-operator here runs without --gang-scheduling and ignores minAvailable
+        assert obj["spec"]["runPolicy"]["schedulingPolicy"] == {"minAvailable": WORKERS}
         obj["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["schedulingGates"] = [
             {"name": GATE}]
         be.create(obj)

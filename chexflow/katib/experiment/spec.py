@@ -657,6 +657,25 @@ def _template_body(errors: _Errors, body: dict, where: str, inline: bool) -> Non
         for pointer in unknown_fields(body):
             errors.add(where, f"invalid spec.trialTemplate: unable to convert: "
                        f"{pointer} to Job (no such field)")
+    elif body.get("kind") == "MPIJob":
+        _mpijob_gang(errors, body, where)
+
+
+def _mpijob_gang(errors: _Errors, body: dict, where: str) -> None:
+    """An MPIJob whose launcher waits for its workers (WaitForWorkersReady) with a gang larger
+    than its workers: a gang-scheduling mpi-operator (--gang-scheduling, as many clusters run
+    it) makes a PodGroup of minAvailable pods that never all exist, and the Trial waits forever
+    (chexflow's check: Katib accepts it). A `--set` of Worker.replicas alone does this."""
+    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
+    policy = ((spec.get("runPolicy") or {}).get("schedulingPolicy") or {})
+    worker = (spec.get("mpiReplicaSpecs") or {}).get("Worker") or {}
+    gang, workers = policy.get("minAvailable"), worker.get("replicas")
+    if (spec.get("launcherCreationPolicy") == "WaitForWorkersReady" and isinstance(gang, int)
+            and isinstance(workers, int) and gang > workers):
+        errors.add(f"{where}.spec.runPolicy.schedulingPolicy.minAvailable",
+                   f"a gang of {gang} pods, but the launcher waits for its workers, "
+                   f"mpiReplicaSpecs.Worker.replicas {workers}: a gang scheduler would hold them "
+                   f"forever; set minAvailable to {workers} with the replicas")
 
 
 def _metrics_collector(errors: _Errors, spec: dict) -> Collector:

@@ -1,6 +1,7 @@
-"""SIGKILL one process of a local cluster and wait until it is back, for the fault tests
-(test_cluster_faults_table.py: while an MPIJob trains; test_cluster_katib_faults.py: while a
-Katib Experiment with MPIJob trials runs).
+"""SIGKILL one process of a local cluster and wait until it is back: the fault table's benchmark
+(chexflow.bench.cluster_faults) and the fault tests (tests/cluster/test_cluster_faults_table.py:
+while an MPIJob trains; test_cluster_katib_faults.py: while a Katib Experiment with MPIJob
+trials runs).
 
 - A component process (etcd, kube-apiserver, kube-scheduler, mpi-operator, the kubelet,
   containerd): the cluster's supervisor (LocalCluster.start_supervisor) restarts it with its
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.devcluster import realnode
-from chexflow.devcluster.controlplane import LocalCluster, _alive
+from chexflow.devcluster.controlplane import DevClusterError, LocalCluster, _alive
 
 # the processes the supervisor restarts, in the order the tests kill them
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-scheduler", "mpi-operator", "kubelet",
@@ -78,12 +79,14 @@ def kill_component(state: Path, name: str, timeout: float = 180) -> tuple[float,
         new = cluster.processes[name]
         if restarted is None and new["pid"] != old["pid"] and _alive(new["pid"], new["exe"]):
             restarted = time.monotonic() - start
-            assert new["args"] == old["args"], (old, new)
+            if new["args"] != old["args"]:
+                raise DevClusterError(f"{name} restarted with other arguments: {old['args']} "
+                                      f"before, {new['args']} now")
         if restarted is not None and healthy(cluster, name):
             return restarted, time.monotonic() - start
         time.sleep(0.5)
-    raise AssertionError(f"{name} not back within {timeout:.0f} s (restarted after "
-                         f"{restarted} s); see {state}/logs/{name}.log, supervisor.log")
+    raise DevClusterError(f"{name} not back within {timeout:.0f} s (restarted after "
+                          f"{restarted} s); see {state}/logs/{name}.log, supervisor.log")
 
 
 def restarts(state: Path) -> dict[str, int]:
@@ -114,7 +117,7 @@ def _main_pid(node: realnode.RealNode, pod) -> tuple[str, int]:
         task, pid, status = line.split()
         if task == cid and status == "RUNNING":
             return cid, int(pid)
-    raise AssertionError(f"no running task for {pod.metadata.name} ({cid})")
+    raise DevClusterError(f"no running task for {pod.metadata.name} ({cid})")
 
 
 def kill_pod_process(core, node: realnode.RealNode, pod,
@@ -129,12 +132,12 @@ def kill_pod_process(core, node: realnode.RealNode, pod,
     while time.monotonic() - start < timeout:
         pod = core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
         status = pod.status.container_statuses[0]
-        if running is None and status.restart_count > before and status.state.running:
-            assert status.container_id.split("://", 1)[1] != cid
+        if running is None and status.restart_count > before and status.state.running \
+                and status.container_id.split("://", 1)[1] != cid:
             running = time.monotonic() - start
         if running is not None and _ready(pod):
             return running, time.monotonic() - start
         time.sleep(0.5)
-    raise AssertionError(f"pod {pod.metadata.namespace}/{pod.metadata.name} not Ready "
-                         f"{timeout:.0f} s after SIGKILL (container running again after "
-                         f"{running} s)")
+    raise DevClusterError(f"pod {pod.metadata.namespace}/{pod.metadata.name} not Ready "
+                          f"{timeout:.0f} s after SIGKILL (container running again after "
+                          f"{running} s)")
