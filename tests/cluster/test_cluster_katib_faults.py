@@ -45,7 +45,6 @@ import pytest
 from chexflow.devcluster.faults import (
     CONTROL_PLANE,
     kill_component,
-    kill_pod_process,
     restarts,
     retry,
 )
@@ -54,6 +53,7 @@ from chexflow.devcluster.realnode import RealNode
 from chexflow.envs import REPO_ROOT
 from tests.cluster.conftest import hostpath_claim
 from tests.cluster.test_cluster_katib_tune import CHEXFLOW, LAUNCHER, WORKER
+from tests.support.pod_faults import kill_pod_process
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
