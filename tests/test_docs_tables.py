@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+from chexflow.bench.cluster_faults import FaultRun, table
 from tests.conftest import REPO, run_chexflow
 
 DOCS = REPO / "docs"
@@ -24,11 +25,11 @@ def test_the_committed_docs_tables_are_what_their_json_gives():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_every_json_under_docs_bench_is_shown_on_a_page():
+def test_every_json_of_figures_lies_under_docs_bench_and_is_shown_on_a_page():
     marked = "".join(page.read_text() for page in DOCS.glob("*.md"))
-    unused = [p.name for p in (DOCS / "bench").glob("*.json")
-              if f"from bench/{p.name} -->" not in marked]
-    assert not unused, f"docs/bench files no page shows: {unused}"
+    unused = [str(p.relative_to(DOCS)) for p in DOCS.rglob("*.json")
+              if p.parent != DOCS / "bench" or f"from bench/{p.name} -->" not in marked]
+    assert not unused, f"docs JSON files outside docs/bench or on no page: {unused}"
 
 
 def test_a_changed_figure_makes_the_page_stale_until_the_tables_are_made_again(tmp_path):
@@ -84,3 +85,43 @@ def test_a_marked_table_whose_json_is_missing_is_one_line_naming_both(tmp_path):
     assert str(docs / "benchmarks.md") in line and "tf-stack.json" in line
     assert (docs / "benchmarks.md").read_text() == (DOCS / "benchmarks.md").read_text()
 
+
+def test_a_fault_run_copied_under_docs_bench_renders_one_row_per_fault(tmp_path):
+    docs = copy_docs(tmp_path)
+    rows = [{"fault": "etcd", "at": 109.0, "back": 110.0, "restarted_after_s": 0.5,
+             "healthy_after_s": 1.0, "job_pods_replaced_or_restarted": [],
+             "also_restarted": []},
+            {"fault": "kubelet", "at": 140.0, "back": 141.5, "restarted_after_s": 0.5,
+             "healthy_after_s": 1.5, "job_pods_replaced_or_restarted": ["w-worker-0"],
+             "also_restarted": ["mpi-operator"]}]
+    ends = {1: 100.0, 2: 104.0, 3: 108.0, 4: 115.0, 5: 119.0}
+    run = {"command": "chexflow bench --only cluster-faults", "measured": "2030-01-02T03:04Z",
+           "load_average_1m": 1.25, "cores": 2, "commit": "abc1234",
+           "job": {"kind": "MPIJob, 1 worker, DenseNet-121 64 px", "epochs": 5,
+                   "outcome": "Succeeded", "seconds": 77},
+           **table(FaultRun(rows=rows, epoch_ends=ends))}
+    (docs / "bench" / "cluster-faults.json").write_text(json.dumps(run))
+    run_chexflow("bench", "tables", "--docs", docs)
+    page = (docs / "local-cluster.md").read_text()
+    made = page.split("from bench/cluster-faults.json -->\n", 1)[1].split("<!-- end", 1)[0]
+    assert made.splitlines()[0] == ("`chexflow bench --only cluster-faults` on 2 CPUs, "
+                                    "2030-01-02T03:04Z, load average 1.25 at the start, "
+                                    "commit abc1234.")
+    assert "ended **Succeeded** in 77 s; median fault-free epoch 4 s" in made
+    assert "| etcd | 0.5 s | 1 s | 4 | none | 3 | - |" in made
+    assert "| kubelet | 0.5 s | 1.5 s | - | w-worker-0 | - | mpi-operator |" in made
+
+
+def test_the_katib_fault_table_says_how_the_trials_in_flight_ended(tmp_path):
+    docs = copy_docs(tmp_path)
+    bench = docs / "bench" / "cluster-faults-katib.json"
+    doc = json.loads(bench.read_text())
+    mysql = next(f for f in doc["faults"] if f["fault"] == "katib-mysql")
+    mysql["trials_ended"] = {"t1": "Failed", "t2": "Succeeded", "t3": "Failed"}
+    bench.write_text(json.dumps(doc))
+    run_chexflow("bench", "tables", "--docs", docs)
+    page = (docs / "local-cluster.md").read_text()
+    made = page.split("from bench/cluster-faults-katib.json -->\n", 1)[1].split("<!-- end", 1)[0]
+    assert made.startswith(f"`{doc['command']}` on {doc['cores']} CPUs, {doc['measured']}")
+    row = next(line for line in made.splitlines() if line.startswith("| katib-mysql |"))
+    assert "| 2 Failed, 1 Succeeded |" in row

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the kubeconfig of a running `chexflow cluster up --real-node --trainer` "
                    "(--katib for katib-cluster; default: the bench starts a cluster of its own); "
                    "cluster-faults (the supervised cluster's processes SIGKILLed while an MPIJob "
-                   "trains: docs/cluster-faults.json) needs its state folder beside it")
+                   "trains: docs/bench/cluster-faults.json) needs its state folder beside it")
     p.add_argument("--baseline-python", type=Path,
                    help="tf-stack: the TF 2.15 trainer's python (default .venv-tf2.15/bin/python, "
                    "created on first use)")

@@ -9,8 +9,9 @@ A page marks each table's place with two comments:
 and `chexflow bench tables` rewrites what lies between them from that JSON file (its path is
 relative to the page): one line saying what ran, when and where, then the table(s). A file is
 either what `chexflow bench --out DIR` writes (DIR/bench.json: `machine`, `results`, and the
-allreduce accounts and real-pods start-ups beside them; or `contention.json`), copied under
-docs/bench/, or a file of recorded tables (`tables`: columns and rows as they were written
+allreduce accounts and real-pods start-ups beside them; `contention.json`; `cluster-faults.json`:
+`job` and `faults`), copied under docs/bench/, the Katib fault test's table (`experiment` and
+`faults`), or a file of recorded tables (`tables`: columns and rows as they were written
 down, with `source` saying where they come from). `--check` changes nothing and fails when a
 page differs from what its JSON gives.
 """
@@ -33,9 +34,19 @@ class TablesError(ChexflowError):
     """A page's generated table cannot be made: its JSON is missing or not a table's."""
 
 
+def machine(doc: dict) -> dict:
+    """The document's `machine`; a fault table's (`measured`, `cores`, `load_average_1m`) in the
+    same keys."""
+    if "machine" in doc:
+        return doc["machine"]
+    load = doc.get("load_average_1m")
+    return {"cpus": doc.get("cores"), "when": doc.get("measured"),
+            "load": "" if load is None else f"load average {load:g} at the start"}
+
+
 def header(doc: dict) -> str:
-    """What ran, where and when, in one line (the JSON's `command`, `machine`, `commit`)."""
-    host = doc.get("machine", {})
+    """What ran, where and when, in one line (the JSON's `command`, machine and `commit`)."""
+    host = machine(doc)
     where = ", ".join(filter(None, [
         f"{host['cpus']} CPUs" + (f" ({host['cpu_model']})" if host.get("cpu_model") else "")
         if host.get("cpus") else host.get("kind", ""),
@@ -76,6 +87,55 @@ def recorded(doc: dict) -> str:
     return "\n".join(parts)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:g} s"
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names) or "-"
+
+
+def job_faults(doc: dict) -> str:
+    """`chexflow bench --only cluster-faults`: one row per process killed while an MPIJob
+    trains."""
+    job = doc["job"]
+    head = (f"The job ({job['kind']}, {job['epochs']} epochs) ended **{job['outcome']}** in "
+            f"{job['seconds']} s; median fault-free epoch "
+            f"{_seconds(doc.get('median_fault_free_epoch_s'))} "
+            f"({doc.get('fault_free_epochs', '-')} epochs no fault touched).\n\n")
+    rows = [[f["fault"], _seconds(f["restarted_after_s"]), _seconds(f["healthy_after_s"]),
+             _listed([str(e) for e in f.get("during_epochs") or []]),
+             _listed(f["job_pods_replaced_or_restarted"]) if f["job_pods_replaced_or_restarted"]
+             else "none", "-" if f["seconds_lost"] is None else f"{f['seconds_lost']:g}",
+             _listed(f["also_restarted"])] for f in doc["faults"]]
+    return head + markdown_table(["fault (SIGKILL)", "restarted after", "healthy after",
+                                  "epochs it fell in", "job's pods restarted", "seconds lost",
+                                  "also restarted"], rows)
+
+
+def experiment_faults(doc: dict) -> str:
+    """tests/cluster/test_cluster_katib_faults.py: one row per process killed while a Katib
+    Experiment runs, with how the trials in flight ended."""
+    exp = doc["experiment"]
+    counts = ", ".join(f"{n} {k}" for k, n in exp["counts"].items() if n)
+    head = (f"{exp['trials']}; {exp['algorithm']}. The Experiment ended **{exp['outcome']}** "
+            f"({exp['reason']}) in {exp['seconds']} s: {counts}; median fault-free trial "
+            f"{_seconds(exp.get('median_fault_free_trial_s'))}.\n\n")
+    rows = []
+    for f in doc["faults"]:
+        ended: dict[str, int] = {}
+        for status in f["trials_ended"].values():
+            ended[str(status)] = ended.get(str(status), 0) + 1
+        rows.append([f["fault"], _seconds(f["running_again_after_s"]),
+                     _seconds(f["ready_after_s"]),
+                     _listed([f"{n} {status}" for status, n in ended.items()]),
+                     "-" if f["seconds_lost"] is None else f"{f['seconds_lost']:g}",
+                     _listed(f["also_restarted"])])
+    return head + markdown_table(["fault (SIGKILL)", "running again", "healthy / pod Ready",
+                                  "trials in flight: how they ended", "seconds lost",
+                                  "also restarted"], rows)
+
+
 def bench_output(doc: dict) -> str:
     """A `chexflow bench` run's JSON: its comparisons, then the sections beside them."""
     from chexflow.bench import allreduce, contention, real_pods
@@ -93,7 +153,14 @@ def bench_output(doc: dict) -> str:
 
 def render(doc: dict) -> str:
     """The text between a page's two marks for this JSON document."""
-    body = recorded(doc) if "tables" in doc else bench_output(doc)
+    if "tables" in doc:
+        body = recorded(doc)
+    elif "job" in doc:
+        body = job_faults(doc)
+    elif "experiment" in doc:
+        body = experiment_faults(doc)
+    else:
+        body = bench_output(doc)
     return f"{header(doc)}\n\n{body}"
 
 
@@ -104,9 +171,9 @@ def read_doc(path: Path, page: Path) -> dict:
         raise TablesError(f"{page}: its table's {path} does not exist") from None
     except (OSError, ValueError) as e:
         raise TablesError(f"{path}: not a JSON file ({e})") from None
-    if not isinstance(doc, dict) or not ("tables" in doc or "results" in doc):
-        raise TablesError(f"{path}: expected `chexflow bench` output (results) or recorded "
-                          "tables (tables)")
+    if not isinstance(doc, dict) or not {"tables", "results", "faults"} & set(doc):
+        raise TablesError(f"{path}: expected `chexflow bench` output (results, faults) or "
+                          "recorded tables (tables)")
     return doc
 
 
