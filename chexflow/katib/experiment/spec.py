@@ -666,10 +666,14 @@ def _mpijob_gang(errors: _Errors, body: dict, where: str) -> None:
     than its workers: a gang-scheduling mpi-operator (--gang-scheduling, as many clusters run
     it) makes a PodGroup of minAvailable pods that never all exist, and the Trial waits forever
     (chexflow's check: Katib accepts it). A `--set` of Worker.replicas alone does this."""
-    spec = body.get("spec") if isinstance(body.get("spec"), dict) else {}
-    policy = ((spec.get("runPolicy") or {}).get("schedulingPolicy") or {})
-    worker = (spec.get("mpiReplicaSpecs") or {}).get("Worker") or {}
-    gang, workers = policy.get("minAvailable"), worker.get("replicas")
+    def field(node: object, key: str) -> dict:
+        value = node.get(key) if isinstance(node, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    spec = field(body, "spec")  # any part of another shape is told by Katib's schema, not here
+    policy = field(field(spec, "runPolicy"), "schedulingPolicy")
+    gang, workers = policy.get("minAvailable"), field(field(spec, "mpiReplicaSpecs"),
+                                                        "Worker").get("replicas")
     if (spec.get("launcherCreationPolicy") == "WaitForWorkersReady" and isinstance(gang, int)
             and isinstance(workers, int) and gang > workers):
         errors.add(f"{where}.spec.runPolicy.schedulingPolicy.minAvailable",
