@@ -151,7 +151,7 @@ def test_after_a_push_every_artefact_names_the_pushed_images_and_no_placeholder(
     pipeline = texts[out / "pipelines" / "chexnet-train.yaml"]
     assert pushed["trainer"] in pipeline and pushed["launcher"] in pipeline
     assert pipeline.startswith(f"# IMAGES: trainer {pushed['trainer']}\n")
-    mpijob = yaml.safe_load(run_chexflow("mpijob", "render", "--name", "t", "--", "chexflow",
+    mpijob = yaml.safe_load(run_chexflow("job", "render", "--name", "t", "--", "chexflow",
                                          "train", env=env).stdout)
     pods = [r["template"]["spec"] for r in mpijob["spec"]["mpiReplicaSpecs"].values()]
     assert {c["image"] for pod in pods for c in pod["containers"]} == {pushed["trainer"]}
@@ -214,7 +214,7 @@ def test_references_that_are_missing_broken_or_without_a_version_are_one_line(tm
     untagged = tmp_path / "untagged.json"
     untagged.write_text(json.dumps({"registry": "reg.example:5000/team",
                                     "images": {"trainer": "reg.example:5000/team/trainer"}}))
-    proc = run_chexflow("mpijob", "render", "--name", "t", "--", "chexflow", "train",
+    proc = run_chexflow("job", "render", "--name", "t", "--", "chexflow", "train",
                         check=False, env={"CHEXFLOW_IMAGES_FILE": str(untagged)})
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr

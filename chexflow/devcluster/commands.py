@@ -313,7 +313,8 @@ def _register_push(sub: argparse._SubParsersAction) -> None:
         description="Push the images built for this tree (chexflow images build; never builds) "
                     "with podman, then write their digest-pinned references to "
                     f"{images_file()} (CHEXFLOW_IMAGES_FILE), which chexflow compile, images "
-                    "render, mpijob, run --backend kubernetes and tune --cluster then use.")
+                    "render, job render|submit, run --backend kubernetes and tune --cluster "
+                    "then use.")
     push.add_argument("names", nargs="*", metavar="NAME",
                       help=f"of {', '.join(PUSHABLE)} (default: {', '.join(DEFAULT_PUSH)}, and "
                            "trainer-gpu where it was built)")
