@@ -16,6 +16,7 @@ from spython.main.parse.parsers import SingularityParser
 
 from chexflow import __version__
 from chexflow import container_images as images
+from tests.conftest import run_chexflow
 
 REPO = Path(__file__).resolve().parent.parent
 HADOLINT = str(Path(sys.executable).parent / "hadolint")
@@ -178,9 +179,8 @@ def test_committed_artefacts_say_their_images_are_placeholders_in_their_first_li
         assert "chexflow images push --registry HOST[:PORT]/PREFIX, then chexflow" in head[2]
 
 
+@pytest.mark.slow  # compiles every pipeline and component
 def test_images_render_with_registry_and_tag_names_them_in_every_artefact(tmp_path):
-    from tests.conftest import run_chexflow
-
     out = tmp_path / "rendered"
     proc = run_chexflow("images", "render", "--out", out, "--registry", "reg.example:5000/ml",
                         "--tag", "v7")
@@ -197,3 +197,29 @@ def test_images_render_with_registry_and_tag_names_them_in_every_artefact(tmp_pa
         "chexflow images: error: --registry/--tag='ghcr.io/chexflow/trainer:v 7' is not an "
         "image reference: expected [registry/]name:tag or "
         "name@sha256:digest such as reg.example.org/chexflow/trainer:0.1.0 (lower-case name)"]
+
+
+def test_references_that_are_missing_broken_or_without_a_version_are_one_line(tmp_path):
+    missing = tmp_path / "none.json"
+    proc = run_chexflow("images", "pull-secret", "--name", "regcred", check=False,
+                        env={"CHEXFLOW_IMAGES_FILE": str(missing)})
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        f"chexflow images: error: no references file ({missing}): give --registry HOST[:PORT], "
+        "or push first (chexflow images push)")
+    untagged = tmp_path / "untagged.json"
+    untagged.write_text(json.dumps({"registry": "reg.example:5000/team",
+                                    "images": {"trainer": "reg.example:5000/team/trainer"}}))
+    proc = run_chexflow("job", "render", "--name", "t", "--", "chexflow", "train",
+                        check=False, env={"CHEXFLOW_IMAGES_FILE": str(untagged)})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"{untagged}: images.trainer='reg.example:5000/team/trainer' has neither a tag nor " \
+           "a digest" in lines[0]
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    proc = run_chexflow("images", "render", "--out", tmp_path / "out", check=False,
+                        env={"CHEXFLOW_IMAGES_FILE": str(broken)})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"{broken}: not a references file of `chexflow images push`" in lines[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
