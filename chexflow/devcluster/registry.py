@@ -95,8 +95,12 @@ class Registry:
         """The login, made once (a random password) and kept in credentials.json."""
         path = self.dir / "credentials.json"
         if path.exists():
-            data = json.loads(path.read_text())
-            return Credentials(data["user"], data["password"])
+            try:
+                data = json.loads(path.read_text())
+                return Credentials(str(data["user"]), str(data["password"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise RegistryError(f"{path}: not the registry's login ({e!r}): remove it to "
+                                    "make a new one") from None
         made = Credentials(USER, secrets.token_urlsafe(24))
         self.dir.mkdir(parents=True, exist_ok=True)
         _write_private(path, json.dumps({"user": made.user, "password": made.password}))
@@ -161,8 +165,11 @@ class Registry:
 def hash_password(bin_dir: Path, login: Credentials) -> str:
     """The bcrypt hash of `login`'s password for htpasswd, from the registry binary itself
     (`registry hash-password`, build/registry/main.go: the library its auth checks with)."""
-    proc = subprocess.run([str(bin_dir / EXE), "hash-password"], input=login.password,
-                          capture_output=True, text=True, timeout=60)
+    try:
+        proc = subprocess.run([str(bin_dir / EXE), "hash-password"], input=login.password,
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RegistryError(f"{bin_dir / EXE} hash-password: {e}") from None
     if proc.returncode != 0 or not proc.stdout.startswith("$2"):
         raise RegistryError(f"{bin_dir / EXE} hash-password exited {proc.returncode}: "
                             f"{(proc.stderr.strip().splitlines() or ['(no output)'])[-1]}")
