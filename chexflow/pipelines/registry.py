@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from chexflow.container_images import check_reference
+from chexflow.container_images import check_reference, header_lines
 from chexflow.envs import REPO_ROOT
 from chexflow.errors import ChexflowError
 from chexflow.folders import writable_folder
@@ -277,8 +277,6 @@ def compile_pipeline(name: str, out_dir: Path | None = None, trainer_image: str 
 def _add_header(path: Path, roles: tuple[str, ...], trainer_image: str | None = None,
                 launcher_image: str | None = None) -> None:
     """The compiled file's first lines: which images it names (container_images.header_lines)."""
-    from chexflow.container_images import header_lines
-
     given = {"trainer": trainer_image, "launcher": launcher_image}
     path.write_text(header_lines(RENDER_COMMAND, roles, given) + path.read_text())
 
