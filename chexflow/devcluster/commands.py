@@ -283,10 +283,13 @@ def cmd_cluster_build(args: argparse.Namespace) -> int:
 
 def _register_images(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "images", help="build the trainer/launcher/Katib images locally (podman, Debian base)",
+        "images", help="build the trainer/launcher/Katib images locally (podman, Debian base), "
+        "push them to a registry, render the artefacts for them",
         description="Build images/<name>/Dockerfile (Katib's: images/katib/<name>/, with its Go "
                     "program built from Katib's module) with podman on a debootstrapped Debian "
-                    "bookworm base; cached by content in ~/.cache/chexflow/images.")
+                    "bookworm base; cached by content in ~/.cache/chexflow/images. Push them to "
+                    "a registry, pinned by digest, and render every artefact for what was "
+                    "pushed.")
     sub = p.add_subparsers(dest="images_command", required=True, metavar="ACTION")
     build = sub.add_parser("build", help="build (or reuse) images; prints name and archive")
     build.add_argument("names", nargs="*", metavar="NAME",
