@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.devcluster.controlplane import COMPONENT_MARK, process_alive
+from chexflow.devcluster.supervisor import COMPONENT_MARK, process_alive
 from chexflow.envs import REPO_ROOT
 from chexflow.processes import marked
 
