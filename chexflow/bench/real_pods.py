@@ -248,7 +248,7 @@ def pods_run(target: Target, settings: Settings, index: int,
     except ChexflowError as e:
         pods.stop()
         attempts = "".join(f"\n--- attempt {key} ---\n{tail[-1500:]}"
-                           for key, tail in backend._failed_attempts.items())
+                           for key, tail in backend.failed_attempts.items())
         raise RealPodsError(f"{e}\n--- the job backend's log ---\n{stream.getvalue()[-3000:]}"
                             f"{attempts}") from None
     except BaseException:
