@@ -24,6 +24,7 @@ from tests.conftest import CHEXFLOW, read_json, run_chexflow
 from tests.katib_configmap_specs import configmap_spec
 
 ONCE = "(YAML allows a key once; kubectl apply -f would silently keep the last: keep one)"
+SPECS = REPO_ROOT / "katib" / "specs"
 ONE_TRIAL = ["--set", "spec.maxTrialCount=1", "--set", "spec.parallelTrialCount=1"]
 
 
@@ -373,3 +374,20 @@ def test_any_flag_value_is_accepted_or_refused_in_one_line_before_any_trial(tmp_
 
     check()
     assert {0, 2} <= set(outcomes), outcomes  # the examples reached both answers
+
+
+def test_a_worker_count_set_without_its_gang_is_refused_naming_both(tmp_path: Path):
+    """`--set` of Worker.replicas alone leaves the shipped minAvailable above the workers: on a
+    gang-scheduling cluster the Trial would wait forever, so the spec check refuses it."""
+    worker = "spec.trialTemplate.trialSpec.spec.mpiReplicaSpecs.Worker.replicas"
+    proc = run_chexflow("tune", SPECS / "chexnet-random.yaml", "--dry-run", "--state",
+                        tmp_path / "s", "--set", f"{worker}=1", check=False)
+    assert proc.returncode == 2, proc.stderr
+    line, = proc.stderr.strip().splitlines()
+    assert "schedulingPolicy.minAvailable: a gang of 2 pods" in line
+    assert "Worker.replicas 1" in line and "set minAvailable to 1" in line
+    ok = run_chexflow("tune", SPECS / "chexnet-random.yaml", "--dry-run", "--state",
+                      tmp_path / "s", "--set", f"{worker}=1", "--set",
+                      "spec.trialTemplate.trialSpec.spec.runPolicy.schedulingPolicy"
+                      ".minAvailable=1")
+    assert "--batch-size" in ok.stdout

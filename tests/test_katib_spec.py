@@ -296,6 +296,24 @@ def test_mpijob_launcher_becomes_horovodrun_with_local_volumes(tmp_path: Path):
     assert "-mca" not in argv and env["PYTHONUNBUFFERED"] == "1"
 
 
+def test_a_hostpath_volume_is_its_own_host_folder_to_the_local_runner(tmp_path: Path):
+    """The local runner runs on the host, so a hostPath volume is that host folder (it was
+    state/volumes/NAME, and a trial's log written there was not where the Experiment said);
+    --volume still wins, and other volumes stay under the state folder."""
+    from chexflow.katib.experiment.trialspec import volume_mounts
+
+    pod = {"volumes": [{"name": "logs", "hostPath": {"path": str(tmp_path / "host")}},
+                       {"name": "scratch", "emptyDir": {}}],
+           "containers": [{"volumeMounts": [{"name": "logs", "mountPath": "/logs"},
+                                            {"name": "scratch", "mountPath": "/tmp/s"}]}]}
+    (tmp_path / "host").mkdir()
+    mounts = volume_mounts([pod], {}, tmp_path / "vols")
+    assert mounts == {"/logs": (tmp_path / "host").resolve(),
+                      "/tmp/s": (tmp_path / "vols/scratch").resolve()}
+    assert volume_mounts([pod], {"logs": tmp_path / "mine"}, tmp_path / "vols",
+                         create=False)["/logs"] == (tmp_path / "mine").resolve()
+
+
 def test_dry_run_prints_suggestions_and_writes_nothing(tmp_path: Path):
     proc = run_chexflow("tune", example("bayesian-optimization"),
                         "--dry-run", "--state", tmp_path / "s")

@@ -93,6 +93,7 @@ def tune_sets(name: str, image: str) -> list[str]:
             "spec.earlyStopping=null", "spec.objective.additionalMetricNames=[]",
             "spec.objective.metricStrategies=[{name: val_auroc, value: max}]",
             f"{MPIJOB}.slotsPerWorker={RANKS}", f"{MPIJOB}.mpiReplicaSpecs.Worker.replicas=1",
+            f"{MPIJOB}.runPolicy.schedulingPolicy.minAvailable=1",
             f"{LAUNCHER}.image={image}", f"{WORKER}.image={image}",
             f"{LAUNCHER}.resources={small}", f"{WORKER}.resources={small}",
             f"{LAUNCHER}.command=[sh, -c]", f"{LAUNCHER}.args={json.dumps([mpirun])}"]

@@ -166,10 +166,11 @@ def test_an_algorithm_without_a_suggestion_service_is_refused_with_katibs_messag
     assert not _experiments(katib_cluster.api_client(), katib_namespace)
 
 
-def test_a_namespace_without_katibs_injection_label_is_refused_with_katibs_message(
+def test_a_namespace_without_katibs_injection_label_is_refused_before_anything_is_written(
         katib_cluster, tmp_path):
     """Without katib.kubeflow.org/metrics-collector-injection=enabled Katib's own webhook
-    refuses the Experiment (it would get no metrics): --cluster passes its line on."""
+    refuses the Experiment (it would get no metrics): --cluster reads the namespace first and
+    says so in one line with the kubectl command that adds the label."""
     from kubernetes import client
 
     core = client.CoreV1Api(katib_cluster.api_client())
@@ -179,11 +180,10 @@ def test_a_namespace_without_katibs_injection_label_is_refused_with_katibs_messa
         proc = tune_cluster(katib_cluster, ns, "chexnet-nolabel", tmp_path / "state", "--dry-run",
                             *tiny("chexflow.local/trainer:unused"))
         assert proc.returncode == 2, proc.stdout + proc.stderr
+        key = "katib.kubeflow.org/metrics-collector-injection"
         assert proc.stderr.splitlines() == [
-            f"chexflow tune: error: creating experiment {ns}/chexnet-nolabel: admission webhook "
-            '"validator.experiment.katib.kubeflow.org" denied the request: Cannot create the '
-            f'Experiment "chexnet-nolabel" in namespace "{ns}": the namespace lacks label '
-            '"katib.kubeflow.org/metrics-collector-injection: enabled"']
+            f"chexflow tune: error: namespace {ns} lacks the label {key}: enabled, without which "
+            f"Katib refuses an Experiment there: kubectl label namespace {ns} {key}=enabled"]
         assert not _experiments(katib_cluster.api_client(), ns)
     finally:
         core.delete_namespace(ns)

@@ -610,6 +610,29 @@ def _trial_template(errors: _Errors, tt: dict, names: set[str],
         for pointer in unknown_fields(body):
             errors.add(where, f"invalid spec.trialTemplate: unable to convert: "
                        f"{pointer} to Job (no such field)")
+    elif body.get("kind") == "MPIJob":
+        _mpijob_gang(errors, body, where)
+
+
+def _mpijob_gang(errors: _Errors, body: dict, where: str) -> None:
+    """An MPIJob whose launcher waits for its workers (WaitForWorkersReady) with a gang larger
+    than its workers: a gang-scheduling mpi-operator (--gang-scheduling, as many clusters run
+    it) makes a PodGroup of minAvailable pods that never all exist, and the Trial waits forever
+    (chexflow's check: Katib accepts it). A `--set` of Worker.replicas alone does this."""
+    def field(node: object, key: str) -> dict:
+        value = node.get(key) if isinstance(node, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    spec = field(body, "spec")  # any part of another shape is told by Katib's schema, not here
+    policy = field(field(spec, "runPolicy"), "schedulingPolicy")
+    gang, workers = policy.get("minAvailable"), field(field(spec, "mpiReplicaSpecs"),
+                                                        "Worker").get("replicas")
+    if (spec.get("launcherCreationPolicy") == "WaitForWorkersReady" and isinstance(gang, int)
+            and isinstance(workers, int) and gang > workers):
+        errors.add(f"{where}.spec.runPolicy.schedulingPolicy.minAvailable",
+                   f"a gang of {gang} pods, but the launcher waits for its workers, "
+                   f"mpiReplicaSpecs.Worker.replicas {workers}: a gang scheduler would hold them "
+                   f"forever; set minAvailable to {workers} with the replicas")
 
 
 def _metrics_collector(errors: _Errors, spec: dict) -> Collector:

@@ -224,16 +224,19 @@ def written_volumes(pods: list[dict]) -> set[str]:
 def volume_mounts(
     pods: list[dict], volumes: dict[str, Path], default_root: Path, create: bool = True
 ) -> dict[str, Path]:
-    """mountPath -> local folder: --volume NAME=DIR, else DEFAULT_ROOT/NAME (made when
-    `create`)."""
+    """mountPath -> local folder: --volume NAME=DIR, else a hostPath volume's own path (the
+    local runner runs on the host), else DEFAULT_ROOT/NAME (made when `create`)."""
     out: dict[str, Path] = {}
     for pod in pods:
+        host_paths = {v.get("name"): v["hostPath"]["path"] for v in pod.get("volumes") or []
+                      if isinstance(v, dict) and isinstance(v.get("hostPath"), dict)
+                      and v["hostPath"].get("path")}
         for c in pod.get("containers", []):
             for m in c.get("volumeMounts") or []:
                 vname, mpath = m.get("name"), m.get("mountPath")
                 if not vname or not mpath or mpath in out:
                     continue
-                local = volumes.get(vname)
+                local = volumes.get(vname) or host_paths.get(vname)
                 if local is None:
                     local = default_root / vname
                     if create:
