@@ -80,12 +80,13 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     build.set_defaults(func=cmd_cluster_build)
 
 
-def _addon_flags(p: argparse.ArgumentParser, help: Callable[[type[AddOn]], str]) -> None:
-    """A --NAME flag for each add-on of the table (chexflow.devcluster.addons)."""
+def _addon_flags(p: argparse.ArgumentParser, help_of: Callable[[type[AddOn]], str]) -> None:
+    """A --NAME flag for each add-on of the table (chexflow.devcluster.addons), its help
+    `help_of(add-on class)`."""
     from chexflow.devcluster.addons import TABLE
 
     for addon in TABLE.values():
-        p.add_argument(f"--{addon.name}", action="store_true", help=help(addon))
+        p.add_argument(f"--{addon.name}", action="store_true", help=help_of(addon))
 
 
 def _asked(args: argparse.Namespace) -> list[AddOn]:
