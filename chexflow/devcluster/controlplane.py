@@ -188,6 +188,7 @@ class LocalCluster:
                                   f"cluster with {' '.join('--' + n for n in missing)}")
         addon.ensure(self)
         deadline = time.monotonic() + timeout
+        self.supervisor.refresh()  # a watcher may have restarted some since: saved as they are
         others = list(self.addons)
         self.addons = addon_table.resolve([*others, addon])  # a stop now cleans it up too
         for name in addon.ports:
@@ -287,6 +288,7 @@ class LocalCluster:
         """Supervise this running cluster from now on (a watcher restarting the components that
         exit); it watches no parent and ends when the cluster is stopped. Returns its pid."""
         self.supervise = True
+        self.supervisor.refresh()
         self.save()
         return start_watcher(self.state_dir, parent=0, supervise=True)
 
