@@ -13,7 +13,7 @@ are not limited (any number run side by side).
 
 Rules stay on the host only while the cluster runs: stopping it runs `kube-proxy --cleanup`
 (every KUBE-* chain and rule, iptables and ip6tables) and releases the claim; a claim whose
-cluster is gone (killed without a reaper) is cleaned the same way before the next start.
+cluster is gone (killed without a watcher) is cleaned the same way before the next start.
 kube-proxy changes no sysctl: the conntrack limits and timeouts are left as they are
 (`maxPerCore: 0`, timeouts `0s`) and NodePorts are not opened on localhost (no route_localnet).
 Every Service connection is masqueraded to the node address (`masqueradeAll`), so a pod's reply

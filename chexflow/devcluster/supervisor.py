@@ -23,9 +23,10 @@ marks the folder (`STOPPING_FILE`) first: nothing is restarted while a cluster g
 stops do not overlap, and a stop leaves a later start's processes alone (another `run_id`).
 
 The watcher. `start_watcher` starts `python -m chexflow.devcluster.watcher STATE_DIR PARENT`
-(detached, logs/supervisor.log or logs/reaper.log): it stops the cluster if PARENT dies before
-the cluster is ready (or at all, without `until_ready`), and with `supervise` it restarts exited
-components once the cluster is ready, recording itself in `WATCHER_FILE`.
+(detached; its log logs/supervisor.log, or logs/watcher.log when it only watches): it stops the
+cluster if PARENT dies before the cluster is ready (or at all, without `until_ready`), and with
+`supervise` it restarts exited components once the cluster is ready, recording itself in
+`WATCHER_FILE`.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def start_watcher(state_dir: Path, parent: int = 0, supervise: bool = False,
     if it dies before the cluster is ready; with `supervise` it also restarts the components
     that exit once the cluster is ready. Returns its process id."""
     state_dir = Path(state_dir)
-    log = state_dir / "logs" / f"{'supervisor' if supervise else 'reaper'}.log"
+    log = state_dir / "logs" / f"{'supervisor' if supervise else 'watcher'}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.watcher",
