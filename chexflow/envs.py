@@ -56,8 +56,3 @@ def with_chexflow_importable(env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
     out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     return out
-
-
-def trainer_bin(name: str) -> Path:
-    """An executable (e.g. horovodrun) next to the trainer interpreter."""
-    return trainer_python().parent / name

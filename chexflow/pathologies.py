@@ -42,21 +42,3 @@ CHEXNET_AUROC: dict[str, float] = dict(
     )
 )
 CHEXNET_MEAN_AUROC = 0.841
-
-# CheXpert column names for the ChestX-ray14 pathologies it shares (None: not in CheXpert).
-CHEXPERT_COLUMN: dict[str, str | None] = {
-    "Atelectasis": "Atelectasis",
-    "Cardiomegaly": "Cardiomegaly",
-    "Effusion": "Pleural Effusion",
-    "Infiltration": None,
-    "Mass": None,
-    "Nodule": None,
-    "Pneumonia": "Pneumonia",
-    "Pneumothorax": "Pneumothorax",
-    "Consolidation": "Consolidation",
-    "Edema": "Edema",
-    "Emphysema": None,
-    "Fibrosis": None,
-    "Pleural_Thickening": None,
-    "Hernia": None,
-}

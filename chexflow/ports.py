@@ -49,11 +49,3 @@ def free_port(taken: Collection[int] = ()) -> int:
         if port not in taken and port_free(port):
             return port
     raise OSError(f"no free loopback port in {LOWEST}-{high - 1} after 1000 tries")
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (free_port)."""
-    picked: list[int] = []
-    for _ in range(count):
-        picked.append(free_port(picked))
-    return picked

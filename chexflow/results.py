@@ -1,6 +1,5 @@
-"""The result files of training and evaluation, read without TensorFlow (for components, Katib,
-benchmarks and tests); a missing file names the command that writes it. (A Katib sweep's results
-are chexflow.katib.local.results.)"""
+"""The result files of an evaluation that the pipeline's steps read back, without TensorFlow; a
+missing file names the command that writes it."""
 
 from __future__ import annotations
 
@@ -18,19 +17,6 @@ def read_json_result(path: Path, made_by: str) -> dict:
     if not path.is_file():
         raise ResultsMissing(f"{path}: not found; it is written by `{made_by}`")
     return json.loads(path.read_text())
-
-
-def read_metrics(train_out: Path) -> dict:
-    """metrics.json of `chexflow train --out DIR`: model, workers, image_size,
-    batch_size_per_worker, epochs, images_per_sec (total = sum over workers),
-    images_per_sec_per_worker, images_per_sec_mean/std, jitter, step_time_ms, val_auroc,
-    val_loss (of best_model.keras), wall_seconds, synthetic_data, history (per epoch), ..."""
-    return read_json_result(Path(train_out) / "metrics.json", "chexflow train --out DIR")
-
-
-def read_auroc(evaluate_out: Path) -> dict:
-    """auroc.json of an evaluation (keys: per_class, mean, ci_low, ci_high, skipped_classes)."""
-    return read_json_result(Path(evaluate_out) / "auroc.json", "chexflow evaluate --out DIR")
 
 
 def read_calibration(evaluate_out: Path) -> dict:

@@ -94,16 +94,6 @@ def joins(folder: Path) -> bool:
 
 
 @contextmanager
-def run_lock(folder: Path, command: str) -> Iterator[Path]:
-    """Hold FOLDER/.chexflow.lock while the block runs; FolderLocked if another process holds it."""
-    fd = acquire(folder, command)
-    try:
-        yield folder / LOCK_FILE
-    finally:
-        os.close(fd)
-
-
-@contextmanager
 def locked_folder(folder: Path, command: str, shared: bool = False) -> Iterator[int]:
     """Create FOLDER if needed and hold its lock while the block runs (yields the lock's fd;
     `shared`: see acquire). The lock file goes at the end unless a process that shared the lock

@@ -18,13 +18,10 @@ from chexflow.pipelines.common import (
 NAME = "chexnet-train"
 
 # `chexflow run`'s settings for this pipeline where the signature's (a cluster's) are not small:
-# they finish in a few minutes on 2 CPU cores (`make demo`), training from scratch for 6 x 8
-# steps on generated data, where each class owns a cell of a 4 x 4 grid:
-# - no random horizontal flip: it moved a class's disc into its mirror cell, another class's,
-#   so that half the images taught the wrong column (training loss 1.5 after 32 steps, 0.3 without);
-# - BatchNormalization's moving averages at momentum 0.9: at Keras' 0.99, 48 steps leave 62% of
-#   their start values, so validation ran another network than training;
-# - a cosine decay: the plateau rule, on 35 validation images, cut the rate 100-fold by epoch 3.
+# a few minutes on 2 CPU cores (`make demo`), from scratch, on generated data where each class
+# owns a cell of a grid. No flip (it mirrors a class's cell onto another's), BatchNorm momentum
+# 0.9 (at 0.99 a short run validates another network than it trains), a cosine decay (the
+# plateau rule on a few validation images cuts the rate too early).
 RUN_DEFAULTS = {"backend": "local", "gpus_per_worker": 0, "epochs": 6, "image_size": 64,
                 "lr_schedule": "cosine", "bn_momentum": 0.9, "flip": False, "weights": "none",
                 "bootstrap": 200, "timeout_seconds": 3600}

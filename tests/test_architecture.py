@@ -1,6 +1,7 @@
 """The import graph of the chexflow package, read from the source with `ast` (nothing imported):
-no import cycle between its modules or its packages, and no arrow back up into the top-level
-folders a Kubeflow user edits.
+no import cycle between its modules or its packages, no arrow back up into the top-level
+folders a Kubeflow user edits, and the layers and rooms of ARCHITECTURE.md, read from its
+diagrams, naming every package that exists and nothing that does not.
 
 An import inside a function counts like one at module level. chexflow defers imports into
 functions to keep TensorFlow and kfp out of commands that do not need them; that changes when a
@@ -11,37 +12,54 @@ suggest and earlystop once were) is still a loop to untangle.
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "chexflow"
-# What a Kubeflow user edits at the top level; the engine never imports these as packages.
-TOP_LEVEL = ("pipelines", "components", "katib", "mpijob", "bench", "images", "notebooks")
-# The layers of ARCHITECTURE.md, lowest first: a module imports only from its layer and below.
-# Layer 0 is every module directly in chexflow/ (errors, envs, kube, ...) but the CLI; a
-# package's `commands` module (its subcommands, registered by chexflow.cli) is the CLI's layer.
-LAYERS = (
-    ("jobs", "data"),
-    ("train", "evaluate", "explain"),
-    ("katib", "slurm", "components"),
-    ("pipelines",),
-    ("devcluster",),
-    ("bench",),
-    ("cli",),
-)
-# Katib's rooms (ARCHITECTURE.md), lowest first: a module of chexflow.katib imports only from
-# its rank and below (a prefix names a room or a module; the longest prefix decides).
-KATIB_RANKS = (
-    ("experiment",),
-    ("suggestions", "earlystopping"),
-    ("experiment.spec",),
-    ("local",),
-    ("cluster", "services"),
-    ("commands",),
-)
+ARCHITECTURE = ROOT / "ARCHITECTURE.md"
+# A diagram line: a rank number (or blank: another name of the rank above) at column 1, the
+# name(s) at column 4, then two spaces and what it is; wrapped descriptions start further in.
+DIAGRAM_LINE = re.compile(r"^ (\d| )  ([a-z_][a-z_./]*(?:, [a-z_]+)*,?)(?:\s|$)")
 # The development floor: the local cluster, its images and Go builds. It sits above the engine
 # (layers 0-4), which never imports it; only the benchmarks and the CLI use it.
 DEV_FLOOR = "chexflow.devcluster"
+
+
+def diagram(heading: str, text: str | None = None) -> dict[str, int]:
+    """Each name in the first fenced diagram under `## heading` of ARCHITECTURE.md, with its
+    rank (`experiment/spec` reads as experiment.spec, `commands.py` as commands)."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    section = ("\n" + text).split(f"\n## {heading}\n", 1)[1]
+    ranks: dict[str, int] = {}
+    rank = -1
+    for line in section.split("```", 2)[1].splitlines():
+        m = DIAGRAM_LINE.match(line)
+        if not m:
+            continue
+        rank = int(m.group(1)) if m.group(1).strip() else rank
+        for name in filter(None, (n.strip() for n in m.group(2).split(","))):
+            ranks[name.removesuffix(".py").strip("/").replace("/", ".")] = rank
+    return ranks
+
+
+def top_level_table(text: str | None = None) -> list[str]:
+    """The folders of ARCHITECTURE.md's table under `## The top level` (its first column)."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    section = text.split("\n## The top level\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([^`/]+)/` \|", section, re.MULTILINE)
+
+
+# The layers of ARCHITECTURE.md: layer 0 is the modules directly in chexflow/ (errors, envs, ...)
+# but the CLI; a package's `commands` module (its subcommands, registered by chexflow.cli) is the
+# CLI's layer. A module imports only from its layer and below.
+LAYER_OF = diagram("Layers")
+# Katib's rooms (ARCHITECTURE.md), lowest first: a module of chexflow.katib imports only from
+# its rank and below (a name is a room or a module; the longest that matches decides).
+KATIB_RANK_OF = diagram("Katib's rooms")
+# What a Kubeflow user edits or opens at the top level; the engine never imports these.
+TOP_LEVEL = tuple(f for f in top_level_table() if f != "chexflow")
 
 
 def module_name(path: Path) -> str:
@@ -163,13 +181,10 @@ def test_no_import_cycle_between_chexflow_packages():
 def layer(module: str) -> int:
     parts = module.split(".")
     if parts[-1] == "commands":
-        return len(LAYERS)
-    if len(parts) > 1 and parts[1] != "cli" and not (PACKAGE / parts[1]).is_dir():
-        return 0
-    for i, names in enumerate(LAYERS, start=1):
-        if len(parts) > 1 and parts[1] in names:
-            return i
-    raise AssertionError(f"{module}: in no layer; add its package to ARCHITECTURE.md and LAYERS")
+        return LAYER_OF["cli"]
+    if len(parts) > 1 and parts[1] in LAYER_OF:
+        return LAYER_OF[parts[1]]
+    raise AssertionError(f"{module}: in no layer; add its package to ARCHITECTURE.md's diagram")
 
 
 def test_imports_point_down_the_layers():
@@ -196,10 +211,9 @@ def test_the_engine_never_imports_the_development_floor():
 
 def katib_rank(module: str) -> int:
     rest = module.removeprefix("chexflow.katib.")
-    best = max(((len(prefix), rank) for rank, prefixes in enumerate(KATIB_RANKS)
-                for prefix in prefixes if rest == prefix or rest.startswith(prefix + ".")),
-               default=None)
-    assert best is not None, f"{module}: in no rank of KATIB_RANKS; add its room there"
+    best = max(((len(name), rank) for name, rank in KATIB_RANK_OF.items()
+                if rest == name or rest.startswith(name + ".")), default=None)
+    assert best is not None, f"{module}: in no room of ARCHITECTURE.md's Katib diagram"
     return best[1]
 
 
@@ -209,6 +223,48 @@ def test_katib_rooms_import_down_their_ranks():
           for m, targets in katib.items() for t in targets
           if t.startswith("chexflow.katib.") and katib_rank(t) > katib_rank(m)]
     assert not up, "; ".join(up)
+
+
+def test_the_diagram_reader_reads_ranks_names_and_lists(tmp_path):
+    text = ("## Layers\n\n```\n 2  train           the worker\n                    (wrapped)\n"
+            "    evaluate        AUROC\n    ------ the engine ---\n 0  envs, errors,\n"
+            "    kube\n```\n\n## Rooms\n\n```\n 1  experiment/spec    the reader\n"
+            " 0  commands.py        tune\n```\n")
+    assert diagram("Layers", text) == {"train": 2, "evaluate": 2, "envs": 0, "errors": 0,
+                                       "kube": 0}
+    assert diagram("Rooms", text) == {"experiment.spec": 1, "commands": 0}
+
+
+def test_architecture_names_every_package_and_module_of_layer_0_and_nothing_else():
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    named, present = set(LAYER_OF), packages | modules
+    assert named == present, (
+        f"in chexflow/ but not in ARCHITECTURE.md's layers: {sorted(present - named)}; "
+        f"named there but not in chexflow/: {sorted(named - present)}")
+    misplaced = sorted(m for m in modules if m != "cli" and LAYER_OF[m] != 0)
+    assert not misplaced, f"modules directly in chexflow/ sit on layer 0: {misplaced}"
+
+
+def test_architecture_names_every_room_of_katib_and_each_name_exists():
+    katib = PACKAGE / "katib"
+    rooms = {p.parent.name for p in katib.glob("*/__init__.py")}
+    missing = sorted(rooms - set(KATIB_RANK_OF))
+    assert not missing, f"Katib rooms not in ARCHITECTURE.md's Katib diagram: {missing}"
+    absent = [name for name in KATIB_RANK_OF
+              if not (katib / name.replace(".", "/")).is_dir()
+              and not (katib / (name.replace(".", "/") + ".py")).is_file()]
+    assert not absent, f"named in ARCHITECTURE.md's Katib diagram, not in chexflow/katib: {absent}"
+
+
+def test_architecture_names_every_top_level_folder_and_each_one_exists():
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    folders = {f.split("/")[0] for f in tracked if "/" in f and not f.startswith(".")}
+    named = set(top_level_table())
+    assert named == folders, (
+        f"top-level folders not in ARCHITECTURE.md's table: {sorted(folders - named)}; "
+        f"in the table but not in the repository: {sorted(named - folders)}")
 
 
 # ---- private names -----------------------------------------------------------------------------

@@ -219,6 +219,7 @@ def test_bench_quick_runs_every_comparison(tmp_path):
     assert "bench.md" in proc.stdout
 
 
+@pytest.mark.trainer
 def test_bench_gpu_is_refused_without_a_gpu(tmp_path):
     from chexflow.bench.gpu import gpu_count
 

@@ -149,6 +149,7 @@ def test_chexpert_rows_with_too_few_or_too_many_fields_are_rejected(tmp_path):
     assert m["accepted"] == len(rows) - 3 and m["rejected"] == 2
 
 
+@pytest.mark.slow
 def test_decompression_bomb_and_junk_image_are_rejected_rows_with_readable_reasons(ds, tmp_path):
     names = [r[0] for r in rows_of(ds / "Data_Entry_2017.csv")[1:]]
     (ds / "images" / names[3]).write_bytes(png_header(30000, 30000))
@@ -164,6 +165,7 @@ def test_decompression_bomb_and_junk_image_are_rejected_rows_with_readable_reaso
     assert json.loads((out / "manifest.json").read_text())["accepted"] == 38
 
 
+@pytest.mark.slow
 def test_degenerate_image_is_a_rejected_row_not_upscaled(ds, tmp_path):
     rows = rows_of(ds / "Data_Entry_2017.csv")
     names = [r[0] for r in rows[1:]]
@@ -192,6 +194,7 @@ def test_run_that_accepts_no_row_exits_2_and_writes_nothing(ds, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_run_whose_every_image_is_corrupt_exits_2_and_writes_nothing(ds, tmp_path):
     for png in (ds / "images").iterdir():
         data = png.read_bytes()
@@ -350,6 +353,7 @@ def slow_to_decode(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
                          ids=["SIGINT", "SIGTERM"])
 def test_sigint_and_sigterm_stop_preprocess_in_one_line_leaving_nothing(

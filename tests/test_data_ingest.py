@@ -84,6 +84,7 @@ def test_generated_signal_marks_each_pathology(nih_raw):
         assert on and np.mean(on) > np.mean(off) + 40, name
 
 
+@pytest.mark.slow
 def test_preprocess_writes_shards_manifest_and_readable_examples(nih_raw, nih_tfrecords):
     m = read_json(nih_tfrecords / "manifest.json")
     assert m["classes"] == list(PATHOLOGIES) and m["image_size"] == 64
@@ -140,6 +141,7 @@ def test_split_lists_are_honoured(nih_raw, tmp_path):
     assert all(r["reason"] == "in neither split list" for r in rej)
 
 
+@pytest.mark.slow
 def test_chexpert_synth_and_preprocess(tmp_path):
     run_chexflow("data", "synth", "--format", "chexpert", "--out", tmp_path / "cx",
                  "--images", 60, "--size", 48, "--seed", 2)
@@ -152,6 +154,7 @@ def test_chexpert_synth_and_preprocess(tmp_path):
     assert m["accepted"] > 0 and m["rejected"] == 0 and m["uncertain_policy"] == "ignore"
 
 
+@pytest.mark.slow
 def test_never_overwrites_without_flag(nih_raw, tmp_path):
     ds = copy_dataset(nih_raw, tmp_path / "ds", rows=20)
     out = tmp_path / "out"
@@ -215,6 +218,7 @@ def test_bad_missing_csv(small, tmp_path):
     assert "--csv" in err and "Data_Entry_2017.csv: file not found" in err
 
 
+@pytest.mark.slow
 def test_bad_unknown_label(small, tmp_path):
     edit_csv(small, lambda rows: rows[3].__setitem__(1, "Effusion|Pneumonitis"))
     r = only_rejection(small, tmp_path)
@@ -222,6 +226,7 @@ def test_bad_unknown_label(small, tmp_path):
     assert "Pneumonitis" in r["reason"]
 
 
+@pytest.mark.slow
 def test_bad_duplicate_image_index(small, tmp_path):
     edit_csv(small, lambda rows: rows.append(list(rows[2])))
     preprocess(small, tmp_path / "out")
@@ -230,18 +235,21 @@ def test_bad_duplicate_image_index(small, tmp_path):
     assert "first on line 3" in rej[0]["reason"] and rej[0]["source_row"] == "32"
 
 
+@pytest.mark.slow
 def test_bad_patient_id_not_matching_file_name(small, tmp_path):
     edit_csv(small, lambda rows: rows[5].__setitem__(3, "99999"))
     r = only_rejection(small, tmp_path)
     assert r["source_row"] == "6" and "does not match the image name" in r["reason"]
 
 
+@pytest.mark.slow
 def test_bad_non_numeric_age(small, tmp_path):
     edit_csv(small, lambda rows: rows[7].__setitem__(4, "58Y"))
     r = only_rejection(small, tmp_path)
     assert r["source_row"] == "8" and "Patient Age" in r["reason"] and "58Y" in r["reason"]
 
 
+@pytest.mark.slow
 def test_bad_missing_image_file(small, tmp_path):
     name = (small / "Data_Entry_2017.csv").read_text().splitlines()[9].split(",")[0]
     (small / "images" / name).unlink()
@@ -249,6 +257,7 @@ def test_bad_missing_image_file(small, tmp_path):
     assert r["image"] == name and r["source_row"] == "10" and "not found" in r["reason"]
 
 
+@pytest.mark.slow
 def test_bad_corrupt_png(small, tmp_path):
     name = (small / "Data_Entry_2017.csv").read_text().splitlines()[11].split(",")[0]
     data = (small / "images" / name).read_bytes()
@@ -257,6 +266,7 @@ def test_bad_corrupt_png(small, tmp_path):
     assert r["image"] == name and "corrupt" in r["reason"]
 
 
+@pytest.mark.slow
 def test_rgba_and_16_bit_images_are_converted_not_dropped(small, tmp_path):
     names = [line.split(",")[0] for line in
              (small / "Data_Entry_2017.csv").read_text().splitlines()[1:3]]
@@ -284,6 +294,7 @@ def test_bad_split_list_naming_unknown_images(small, tmp_path):
     assert "test_list.txt" in err and "line 11" in err and "99999999_000.png" in err
 
 
+@pytest.mark.slow
 def test_bad_wrong_field_count_and_split_spec(small, tmp_path):
     edit_csv(small, lambda rows: rows[4].pop())
     r = only_rejection(small, tmp_path)

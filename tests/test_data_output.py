@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from chexflow.data.output import staging_dir
-from chexflow.runlock import run_lock
+from chexflow.runlock import locked_folder
 from tests.conftest import CHEXFLOW, run_chexflow
 from tests.test_data_faults import one_line_error, rows_of
 
@@ -89,6 +89,7 @@ def tmpfs(path: Path, options: str) -> Iterator[Path]:
 
 # --- --overwrite: validate first, replace only what the manifest lists ---
 
+@pytest.mark.slow
 def test_refused_overwrite_keeps_previous_output(synth40, previous, tmp_path):
     before = snapshot(previous)
     lists = tmp_path / "lists"
@@ -125,6 +126,7 @@ def test_splits_csv_in_a_folder_without_manifest_is_untouched(synth40, tmp_path)
     assert [p.name for p in out.iterdir()] == ["splits.csv"]  # not even a lock file
 
 
+@pytest.mark.slow
 def test_overwrite_replaces_exactly_the_files_the_manifest_listed(synth40, previous):
     old = json.loads((previous / "manifest.json").read_text())
     assert [len(old["splits"][s]["shards"]) for s in ("train", "val", "test")] == [3, 1, 1]
@@ -140,6 +142,7 @@ def test_overwrite_replaces_exactly_the_files_the_manifest_listed(synth40, previ
 
 # --- killed runs and the folder lock ---
 
+@pytest.mark.slow
 def test_killed_run_leaves_output_intact_and_next_run_cleans_up(synth40, previous, tmp_path):
     """A run blocked on a FIFO image holds the lock (a second run is refused with its PID);
     killed, it leaves its staging folder with a .tmp shard, which the next run removes."""
@@ -197,7 +200,7 @@ def test_swap_cut_short_is_finished_by_the_next_run(synth40, previous, fault):
 def test_folder_locked_by_another_process_is_refused_with_its_pid(synth40, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    with run_lock(out, "train"):
+    with locked_folder(out, "train"):
         proc = run_chexflow(*args(synth40, out, "--plan-only"), check=False)
     one_line_error(proc, f"{out}: in use by PID {os.getpid()} (chexflow train)")
     run_chexflow(*args(synth40, out, "--plan-only"))
@@ -205,6 +208,7 @@ def test_folder_locked_by_another_process_is_refused_with_its_pid(synth40, tmp_p
 
 # --- faults while writing: one line, no partial file, the previous output intact ---
 
+@pytest.mark.slow
 def test_preprocess_into_a_full_100k_tmpfs(synth40, tmp_path):
     with tmpfs(tmp_path / "small", "size=100k") as disk:
         proc = run_chexflow(*args(synth40, disk / "out", "--image-size", 64), check=False)
@@ -274,6 +278,7 @@ def decoding_workers(pid: int) -> list[int]:
                   if "multiprocessing.spawn" in line)
 
 
+@pytest.mark.slow
 def test_decoding_worker_killed_ends_the_run_with_one_line(synth40, previous, tmp_path):
     """One of two decoding processes is killed while the other waits on a FIFO image: the run
     ends (it waited forever with multiprocessing.Pool) with one line; the output is intact."""

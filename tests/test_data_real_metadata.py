@@ -44,6 +44,7 @@ def xrv_data(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_full_nih_metadata_splits_by_patient_with_published_counts(xrv_data, tmp_path):
     out = tmp_path / "plan"
     run_chexflow(
@@ -71,6 +72,7 @@ def test_full_nih_metadata_splits_by_patient_with_published_counts(xrv_data, tmp
     assert m["patient_overlap"] == 0
 
 
+@pytest.mark.slow
 def test_nih_split_is_deterministic_for_a_seed(xrv_data, tmp_path):
     args = ["preprocess", "--plan-only", "--csv", xrv_data / "Data_Entry_2017_v2020.csv.gz",
             "--images", tmp_path, "--split", "80/10/10"]
@@ -82,6 +84,7 @@ def test_nih_split_is_deterministic_for_a_seed(xrv_data, tmp_path):
     assert a != c
 
 
+@pytest.mark.slow
 def test_full_chexpert_metadata_with_uncertainty_policies(xrv_data, tmp_path):
     csv_path = xrv_data / "chexpert_train.csv.gz"
     counts = {}

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from chexflow.devcluster import crds
-from chexflow.reference import reference_dir
+from tests.support.reference import reference_dir
 
 
 def test_crds_are_read_from_the_go_module_cache_and_match_upstream():

@@ -45,4 +45,4 @@ def test_configuration_enables_only_the_mpijob_integration_on_loopback(tmp_path:
     assert config["webhook"] == {"port": 3, "host": "127.0.0.1", "certDir": str(tmp_path)}
     assert config["internalCertManagement"] == {"enable": False}
     assert config["health"]["healthProbeBindAddress"] == "127.0.0.1:1"
-    assert kueue.cache_dir().name.startswith(f"kueue-{kueue.kueue_version()}-")
+    assert kueue.cache_dir().name.startswith(f"kueue-{kueue.BUILD.version()}-")

@@ -54,6 +54,7 @@ def test_json_patch_replaces_and_refuses_other_ops():
         trainer._json_patch(doc, [{"op": "add", "path": "/x", "value": 1}])
 
 
+@pytest.mark.slow
 def test_webhooks_from_the_built_manifests_call_loopback_and_select_jobset_pods():
     bin_dir = trainer.ensure_binaries()  # built once (cached by content), as the cluster tests do
     js = trainer.webhook_configurations(bin_dir, "jobset", 9443, "Q0E=")

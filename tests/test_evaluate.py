@@ -12,8 +12,9 @@ from chexflow.auroc import auroc_summary, bootstrap_auroc, per_class_auroc, rank
 from chexflow.evaluate.plots import plot_roc
 from chexflow.evaluate.report import write_report
 from chexflow.pathologies import PATHOLOGIES
-from chexflow.results import ResultsMissing, read_auroc
+from chexflow.results import ResultsMissing
 from tests.conftest import run_chexflow
+from tests.support.results import read_auroc
 
 
 def _toy(n=120, c=4, seed=0, skill=1.5):

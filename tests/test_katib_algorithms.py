@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
 import yaml
 
 from chexflow.katib.experiment.spec import parse_experiment
 from chexflow.katib.suggestions.base import History
 from chexflow.katib.suggestions.libraries import make_suggester
-from chexflow.reference import reference_dir
+from tests.support.reference import reference_dir
 
 
 def base() -> dict:
@@ -42,6 +43,7 @@ def test_tpe_beats_random_over_ten_seeds():
     assert statistics.median(tpe) < statistics.median(random)
 
 
+@pytest.mark.slow
 def test_bayesianoptimization_beats_random_over_three_seeds():
     settings = ({"name": "n_initial_points", "value": "5"},)
     random = [best_after("random", s, 15) for s in range(3)]

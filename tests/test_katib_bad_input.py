@@ -149,6 +149,7 @@ def test_a_cluster_namespace_that_is_no_name_is_refused_before_the_cluster_is_as
 
 # ---- 2. a state folder that cannot be written ----------------------------------------------
 
+@pytest.mark.slow
 def test_a_state_folder_that_cannot_be_written_is_one_line(tmp_path, read_only_folder):
     """A file, a path through a file, a read-only folder, and the default state folder
     (runs/tune/NAME) under a read-only working folder were an OSError traceback."""
@@ -175,6 +176,7 @@ def test_a_state_folder_that_cannot_be_written_is_one_line(tmp_path, read_only_f
 
 # ---- 3. a dry run shows what a run executes; a malformed --trial-arg ------------------------
 
+@pytest.mark.slow
 def test_a_dry_run_shows_exactly_the_command_a_run_executes(tmp_path):
     """`--dry-run` printed the template's `--epochs 5` although a run applies
     `--trial-arg epochs=1`: it now prints the command line the run records and executes."""
@@ -249,6 +251,7 @@ def test_a_key_given_twice_in_a_configmap_or_its_template_is_refused_with_both_l
 
 # ---- 6. a collector's path inside a `sh -c` string ------------------------------------------
 
+@pytest.mark.slow
 def test_a_file_collector_path_in_a_sh_c_string_is_rewritten_and_quoted(tmp_path):
     """The File collector's path written unquoted, in double quotes and in single quotes of a
     `sh -c` script became the trial's local folder nowhere (the trial wrote to the container
@@ -319,6 +322,7 @@ def test_a_metric_printed_as_nan_is_said_to_be_no_number(tmp_path, how):
 
 # ---- the property: any value of any flag -----------------------------------------------------
 
+@pytest.mark.slow
 def test_any_flag_value_is_accepted_or_refused_in_one_line_before_any_trial(tmp_path):
     """Over tune's flags (valid values, out of range, nan/inf, garbage): `chexflow tune
     --dry-run` either accepts them (exit 0) or refuses them in one line (exit 2), never with a

@@ -22,10 +22,11 @@ from chexflow.katib.cluster.kubernetes import (
     trial_records,
 )
 from chexflow.katib.experiment.spec import load_experiment
-from chexflow.katib.experiment.trialspec import local_command, render_trial_spec
+from chexflow.katib.experiment.trialspec import render_trial_spec
 from chexflow.katib.local.results import load_results, write_results
 from tests.conftest import run_chexflow
 from tests.katib_configmap_specs import configmap_spec
+from tests.support.katib import local_command
 
 SPEC = Path(__file__).resolve().parent.parent / "katib" / "specs" / "chexnet-random.yaml"
 TRIAL_ARGS = ["epochs=1", "image-size=64", "weights=none", "steps-per-epoch=2",
@@ -276,7 +277,7 @@ def test_tune_cluster_follows_an_experiment_of_the_same_spec_and_refuses_another
     from kubernetes import client
 
     from chexflow.katib.cluster.kubernetes import SPEC_ANNOTATION, ClusterSweep
-    from chexflow.reference import reference_dir
+    from tests.support.reference import reference_dir
 
     spec = reference_dir() / "katib-examples" / "random.yaml"
     exp = cluster_experiment(load_experiment(spec, ["spec.maxTrialCount=20"]), "team-a", [], {})

@@ -21,8 +21,8 @@ from chexflow import processes
 from chexflow.katib.experiment.spec import load_experiment
 from chexflow.katib.local import runner as local_runner
 from chexflow.katib.local.state import open_state
-from chexflow.reference import reference_dir
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
+from tests.support.reference import reference_dir
 
 PY = sys.executable
 
@@ -85,6 +85,7 @@ def kill_all(procs: list[psutil.Process]) -> None:
             p.kill()
 
 
+@pytest.mark.slow
 def test_sigkill_of_tune_leaves_no_trial_process(tmp_path: Path):
     token = f"chexflow-orphan-{os.getpid()}-a"
     runner = start_tune(example("random"), tmp_path / "s", tree_command(token))
@@ -102,6 +103,7 @@ def test_sigkill_of_tune_leaves_no_trial_process(tmp_path: Path):
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_a_resume_killed_in_its_first_seconds_still_stops_the_leftovers(tmp_path: Path):
     token = f"chexflow-orphan-{os.getpid()}-b"
     state, cmd = tmp_path / "s", tree_command(token)
@@ -132,6 +134,7 @@ def test_a_resume_killed_in_its_first_seconds_still_stops_the_leftovers(tmp_path
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_a_resume_killed_while_reading_its_spec_still_stops_the_leftovers(tmp_path: Path):
     """The gap before a resume's reaper used to start (its imports and spec, about 1.5 s): the
     resume reads its spec from a FIFO nobody writes, so it is killed there, every time."""
@@ -162,6 +165,7 @@ def test_a_resume_killed_while_reading_its_spec_still_stops_the_leftovers(tmp_pa
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_a_second_tune_refused_on_a_running_sweep_leaves_its_trials_alone(tmp_path: Path):
     token = f"chexflow-orphan-{os.getpid()}-d"
     state, cmd = tmp_path / "s", tree_command(token)
@@ -178,6 +182,7 @@ def test_a_second_tune_refused_on_a_running_sweep_leaves_its_trials_alone(tmp_pa
         kill_all(sleepers(token))
 
 
+@pytest.mark.slow
 def test_timeout_stops_a_local_sweep_that_a_rerun_resumes(tmp_path: Path):
     flag, state = tmp_path / "finish", tmp_path / "s"
     token = f"chexflow-timeout-{os.getpid()}"
@@ -199,6 +204,7 @@ def test_timeout_stops_a_local_sweep_that_a_rerun_resumes(tmp_path: Path):
     assert [t["status"] for t in res["trials"]] == ["Succeeded"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,field", [
     ("random", "spec.trialTemplate.trialSpec.spec.activeDeadlineSeconds"),
     ("mpijob-horovod", "spec.trialTemplate.trialSpec.spec.runPolicy.activeDeadlineSeconds")])
@@ -247,6 +253,7 @@ def test_reaper_signals_are_ignored_until_its_pipe_closes():
     assert reaper.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_trial_ends_with_its_main_process_even_if_a_child_holds_its_output(tmp_path: Path):
     """As a pod's processes end with its container: a child left behind (here in a session of
     its own, holding the trial's output) is stopped, and the trial is reported at once."""

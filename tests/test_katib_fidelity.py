@@ -18,8 +18,8 @@ from chexflow.katib.local.runner import LocalRunner
 from chexflow.katib.local.state import open_state
 from chexflow.katib.suggestions.base import History
 from chexflow.katib.suggestions.libraries import make_suggester
-from chexflow.reference import reference_dir
 from tests.conftest import read_json, run_chexflow
+from tests.support.reference import reference_dir
 
 PY = sys.executable
 
@@ -111,6 +111,7 @@ def test_bipop_cmaes_alternates_small_and_large_populations():
     assert runs[:3] == [(0, 6), (1, 6), (2, 12)]
 
 
+@pytest.mark.slow
 def test_ipop_cmaes_sweep_runs_locally_and_shows_its_generations(tmp_path: Path):
     cmd = (f"{PY} -c 'import sys; print(\"loss=0.5\")' ${{trialParameters.learningRate}} "
            "${trialParameters.momentum}")
@@ -197,6 +198,7 @@ KINDS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api,kind,replicas,success,labels", KINDS, ids=[k[1] for k in KINDS])
 def test_trial_kinds_without_conditions_get_katibs_defaults(api, kind, replicas, success, labels,
                                                            tmp_path: Path):
@@ -257,6 +259,7 @@ def test_int_bounds_random_tpe_and_zero_settings_are_no_stricter_than_katib():
     parse_experiment(d, "x.yaml")
 
 
+@pytest.mark.slow
 def test_a_library_that_fails_fails_the_experiment_as_katib_does(tmp_path: Path):
     d = example("bayesian-optimization")
     d["spec"]["algorithm"]["algorithmSettings"] = [{"name": "n_initial_points", "value": "0"}]
@@ -268,6 +271,7 @@ def test_a_library_that_fails_fails_the_experiment_as_katib_does(tmp_path: Path)
     assert cond["message"].startswith("Suggestion has failed: scikit-optimize")
 
 
+@pytest.mark.slow
 def test_configmap_templates_pass_validation_and_locally_need_their_file_or_a_trial_command(
         tmp_path: Path):
     d = example("random")
@@ -293,6 +297,7 @@ def test_configmap_templates_pass_validation_and_locally_need_their_file_or_a_tr
     assert read_json(tmp_path / "s2" / "results.json")["counts"]["Succeeded"] == 2
 
 
+@pytest.mark.slow
 def test_collector_kinds_are_accepted_and_cluster_only_ones_refused_locally(tmp_path: Path):
     for collector in ({"collector": {"kind": "File"}},
                       {"collector": {"kind": "TensorFlowEvent"}},
@@ -312,6 +317,7 @@ def test_collector_kinds_are_accepted_and_cluster_only_ones_refused_locally(tmp_
     assert "hyperband runs only on a cluster" in line
 
 
+@pytest.mark.slow
 def test_metric_names_with_spaces_under_a_custom_metrics_format(tmp_path: Path):
     d = example("random")
     d["spec"]["objective"].update(objectiveMetricName="val loss",
@@ -394,6 +400,7 @@ TFEVENT = ("{trainer} -c 'import sys, tensorflow as tf; lr, m = map(float, sys.a
            "${{trialParameters.learningRate}} ${{trialParameters.momentum}} {path}")
 
 
+@pytest.mark.slow
 def test_file_and_tfevent_collectors_report_the_stdout_objective(tmp_path: Path):
     from chexflow.envs import trainer_python
 
@@ -426,6 +433,7 @@ def test_file_and_tfevent_collectors_report_the_stdout_objective(tmp_path: Path)
     assert len(events) == 2
 
 
+@pytest.mark.slow
 def test_medianstop_follows_a_file_collectors_metrics_file(tmp_path: Path):
     # The first trial is good (loss 0.1, 0.11, ...), the second clearly bad (loss 5.0); both
     # write their metrics to Katib's default File path, never to stdout.
@@ -486,6 +494,7 @@ def test_a_file_collector_reads_only_the_current_attempts_file(tmp_path: Path):
     assert stale.read_text() == "loss=1\n"
 
 
+@pytest.mark.slow
 def test_trial_command_maps_only_whole_collector_paths(tmp_path: Path):
     """--trial-command with a File collector in /katib: `/katib/metrics.log` goes to the trial's
     metrics folder, `/katib-data/x.csv` (the same letters, another path) stays as written (a
@@ -502,6 +511,7 @@ def test_trial_command_maps_only_whole_collector_paths(tmp_path: Path):
     assert (folder / "metrics" / "metrics.log").read_text() == "loss=1\n"
 
 
+@pytest.mark.slow
 def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path: Path):
     d = example("random")
     d["spec"]["metricsCollectorSpec"] = {"collector": {"kind": "TensorFlowEvent"}}
@@ -516,6 +526,7 @@ def test_a_trial_without_event_files_is_metrics_unavailable_as_on_katib(tmp_path
 KATIB_V019 = Path(__file__).parent / "data" / "katib-v0.19"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kind", [("argo-workflow", "Workflow"),
                                        ("trainjob-pytorch", "TrainJob")])
 def test_workflow_and_trainjob_examples_pass_katibs_rules_and_locally_name_their_kind(
@@ -549,6 +560,7 @@ for sub, value in (("train", 0.9), ("test", args.learning_rate * 10)):  # as Kat
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["trialSpec", "trial-command"])
 def test_tfevent_collector_under_the_folder_the_program_is_given(how, tmp_path: Path):
     """Katib's tfjob-mnist-with-summaries: `--log-path=/mnist-with-summaries-logs`, the

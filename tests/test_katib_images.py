@@ -124,6 +124,7 @@ def mysql_query(database: dict[str, str], sql: str) -> str:
                   f"-p{PASSWORD}", "--batch", "--skip-column-names", "-e", sql).stdout
 
 
+@pytest.mark.slow
 def test_katib_binaries_are_static_and_match_their_checksums():
     bin_dir = katib.ensure_katib_binaries()
     assert bin_dir.name.startswith(f"katib-{katib.KATIB_VERSION}-")
@@ -138,6 +139,7 @@ def test_katib_binaries_are_static_and_match_their_checksums():
     assert "github.com/kubeflow/katib v0.19.0" in (bin_dir / "VERSIONS").read_text()
 
 
+@pytest.mark.slow
 def test_katib_build_script_builds_into_the_folder_python_looks_in(tmp_path, monkeypatch):
     """build.sh run by hand (as `make` would) names its folder as katib_cache_dir() does; with
     Go's build cache warm it takes seconds."""

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.reference import reference_dir
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
+from tests.support.reference import reference_dir
 
 PY = sys.executable
 # loss = distance to (lr 0.03, momentum 0.7): never below the examples' goal 0.001 unless close.
@@ -33,6 +33,7 @@ def tune(spec: Path, state: Path, command: str, *extra, check: bool = True):
                         "--no-progress", *extra, check=check, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["random", "tpe", "grid", "multivariate-tpe", "cma-es",
                                   "sobol", "bayesian-optimization", "median-stop"])
 def test_upstream_example_completes_locally(name: str, tmp_path: Path):
@@ -55,6 +56,7 @@ def test_upstream_example_completes_locally(name: str, tmp_path: Path):
     assert (tmp_path / "s" / "results.csv").read_text().startswith("trial,status,lr,momentum,loss")
 
 
+@pytest.mark.slow
 def test_mpijob_example_with_int_steps_completes(tmp_path: Path):
     # The example's goal is loss <= 0.01: keep every loss above it so six trials always run.
     cmd = (f"{PY} -c 'import sys; lr, n = float(sys.argv[1]), int(sys.argv[2]); "
@@ -67,6 +69,7 @@ def test_mpijob_example_with_int_steps_completes(tmp_path: Path):
     assert all(isinstance(t["num-steps"], int) and t["num-steps"] % 10 == 0 for t in res["trials"])
 
 
+@pytest.mark.slow
 def test_failed_and_metrics_unavailable_count_against_max_failed(tmp_path: Path):
     # lr > 0.04: the job fails; 0.03 < lr <= 0.04: it succeeds but reports no objective.
     cmd = (f"{PY} -c 'import sys; lr = float(sys.argv[1]); "
@@ -92,6 +95,7 @@ def test_failed_and_metrics_unavailable_count_against_max_failed(tmp_path: Path)
     assert all("exit code 3" in t["message"] for t in bad if t["status"] == "Failed")
 
 
+@pytest.mark.slow
 def test_goal_reached_stops_the_experiment(tmp_path: Path):
     # momentum > 0.75 meets the goal (loss 0.0005 <= 0.001) at once.
     cmd = (f"{PY} -c 'import sys, time; m = float(sys.argv[1]); time.sleep(0.3); "
@@ -121,6 +125,7 @@ def test_failed_trial_shows_the_commands_own_error_line_not_the_last_lines(tmp_p
                                 "there")
 
 
+@pytest.mark.slow
 def test_medianstop_stops_a_clearly_bad_trial(tmp_path: Path):
     # The first trial is good (loss 0.1, 0.11, ...), the second clearly bad (loss 5.0).
     script = tmp_path / "trial.py"
@@ -150,6 +155,7 @@ def test_medianstop_stops_a_clearly_bad_trial(tmp_path: Path):
     assert read_json(tmp_path / "s" / "optimal.json")["trial"] == good["name"]
 
 
+@pytest.mark.slow
 def test_killed_sweep_resumes_without_losing_or_repeating_a_trial(tmp_path: Path):
     ledger, state_dir = tmp_path / "ledger.txt", tmp_path / "s"
     cmd = (f"echo start $CHEXFLOW_KATIB_TRIAL >> {ledger}; sleep 2.5; "
@@ -199,6 +205,7 @@ def test_killed_sweep_resumes_without_losing_or_repeating_a_trial(tmp_path: Path
     assert len(ledger.read_text().split()) == len(lines)  # a finished sweep runs nothing
 
 
+@pytest.mark.slow
 def test_state_folder_belongs_to_one_spec(tmp_path: Path):
     tune(example("random"), tmp_path / "s", BOWL, "--set", "spec.maxTrialCount=3")
     other = tune(example("tpe"), tmp_path / "s", BOWL, check=False)
@@ -210,6 +217,7 @@ def test_state_folder_belongs_to_one_spec(tmp_path: Path):
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("program", ["missing", "not-executable"])
 def test_a_trial_program_that_cannot_be_executed_fails_the_trial_in_one_line(tmp_path, program):
     """A trialSpec command that names no file, or a file without execute permission: the trial
@@ -243,6 +251,7 @@ def test_a_trial_program_that_cannot_be_executed_fails_the_trial_in_one_line(tmp
     assert " Failed: " not in proc.stdout  # the rerun ran nothing again
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["random", "tpe"])
 def test_one_value_categoricals_run_with_hyperopt(tmp_path, algorithm):
     """Every parameter a one-value categorical (legal in Katib, whose hyperopt service gives

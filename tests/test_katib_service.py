@@ -285,6 +285,7 @@ RESTART_CASES = {"grid": [GRID_LR, OPT, BATCH], "multivariate-tpe": [LR, OPT, BA
                  "bayesianoptimization": [LR, OPT, BATCH]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", sorted(RESTART_CASES))
 def test_a_restarted_service_continues_as_an_uninterrupted_one_without_repeats(algorithm):
     """A Suggestion service restarted mid-Experiment (Katib's suggestion pod replaced: a new

@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from chexflow.katib.experiment.spec import SpecError, parse_experiment
-from chexflow.katib.suggestions.algorithms import ALGORITHMS, CLUSTER_ONLY, LOCAL_ALGORITHMS
+from chexflow.katib.suggestions.algorithms import ALGORITHMS, CLUSTER_ONLY
 from chexflow.katib.suggestions.base import SuggestionFailed
 from chexflow.katib.suggestions.libraries import SUGGESTERS, make_suggester
 from chexflow.katib.suggestions.validation import SETTINGS, validate_algorithm
-from chexflow.reference import reference_dir
+from tests.support.reference import reference_dir
 
 
 def experiment(algorithm: str, settings: tuple = (), momentum: dict | None = None):
@@ -27,7 +27,7 @@ def experiment(algorithm: str, settings: tuple = (), momentum: dict | None = Non
     return parse_experiment(d)
 
 
-@pytest.mark.parametrize("algorithm", LOCAL_ALGORITHMS)
+@pytest.mark.parametrize("algorithm", [a.name for a in ALGORITHMS.values() if a.suggester])
 def test_each_algorithm_that_runs_here_gets_the_suggester_the_table_names(algorithm):
     exp = experiment(algorithm)
     suggester = make_suggester(exp, 7)

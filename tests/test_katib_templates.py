@@ -166,6 +166,7 @@ def _sweep_folder(tmp_path: Path, template: str = JOB_TEMPLATE, where: str = "be
     return folder / "specs" / "cm.yaml"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["beside", "above"])
 def test_local_sweep_runs_the_configmap_template_read_from_the_repository(tmp_path, where):
     """A real local sweep: each trial runs the ConfigMap's Job container, its values put in."""

@@ -36,6 +36,7 @@ def write(tmp_path: Path, spec: dict) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_issue_experiment_fails_locally_with_shs_message_and_the_reason(tmp_path: Path):
     spec = write(tmp_path, issue_experiment("quoting", quoted=False))
     proc = run_chexflow("tune", spec, "--state", tmp_path / "s", "--no-progress", check=False,
@@ -52,6 +53,7 @@ def test_the_issue_experiment_fails_locally_with_shs_message_and_the_reason(tmp_
     assert log.splitlines()[1:] == [SH_SYNTAX_ERROR]  # the shell's own error, nothing else ran
 
 
+@pytest.mark.slow
 def test_dry_run_names_the_word_why_and_how_in_one_line(tmp_path: Path):
     spec = write(tmp_path, issue_experiment("quoting", quoted=False))
     proc = run_chexflow("tune", spec, "--state", tmp_path / "s", "--dry-run")
@@ -60,6 +62,7 @@ def test_dry_run_names_the_word_why_and_how_in_one_line(tmp_path: Path):
                      f"args, {PROGRAM!r}, is read again by the shell on Katib: {WHY}; {HOW}"]
 
 
+@pytest.mark.slow
 def test_the_quoted_variant_succeeds_locally_with_the_right_loss(tmp_path: Path):
     spec = write(tmp_path, issue_experiment("quoted", quoted=True))
     proc = run_chexflow("tune", spec, "--state", tmp_path / "s", "--no-progress", timeout=300)
@@ -145,6 +148,7 @@ def _job(tmp_path: Path, container: dict, **template) -> Path:
     return write(tmp_path, spec)
 
 
+@pytest.mark.slow
 def test_kubelet_expansion_and_katibs_pid_file_reach_the_local_trial(tmp_path: Path):
     """`$(GREETING)` is the container's env value and `$$` one `$`, as the kubelet expands a
     command; KATIB_TRIAL_NAME is set (Katib's webhook), also for `$(KATIB_TRIAL_NAME)`."""
@@ -159,6 +163,7 @@ def test_kubelet_expansion_and_katibs_pid_file_reach_the_local_trial(tmp_path: P
         assert f"hello sh loss={t['x']} {t['trial']} {t['trial']}\n" in log, log
 
 
+@pytest.mark.slow
 def test_a_missing_label_reference_is_refused_with_katibs_message(tmp_path: Path):
     spec = issue_experiment("audit", quoted=False)
     spec["spec"]["trialTemplate"]["trialParameters"].append(
@@ -183,6 +188,7 @@ def test_a_value_with_a_quote_breaks_the_trialspec_as_on_katib(tmp_path: Path):
     assert "break the trialSpec as Katib substitutes them" in line, line
 
 
+@pytest.mark.slow
 def test_primary_pod_labels_not_on_the_jobs_pod_leave_the_trial_without_metrics(tmp_path):
     """Katib's webhook wraps and collects only a pod with every primaryPodLabel: a Job whose
     pod lacks them runs (unwrapped) and ends MetricsUnavailable, with the reason."""
@@ -197,6 +203,7 @@ def test_primary_pod_labels_not_on_the_jobs_pod_leave_the_trial_without_metrics(
             '{"role": "main"} are not on the Job\'s pod') in proc.stdout
 
 
+@pytest.mark.slow
 def test_stdout_of_all_but_the_last_command_is_not_collected_as_on_katib(tmp_path: Path):
     """Katib appends `1>/var/log/katib/metrics.log 2>&1` to the joined line: in `a; b` only b's
     output reaches the collector (a's goes to the pod log), so the metric printed by `a` is

@@ -15,9 +15,9 @@ from chexflow.jobs.queueing import JOB_UID_LABEL, QueueError
 from chexflow.jobs.render import QUEUE_LABEL, render_batch_job, render_mpijob
 from chexflow.jobs.schema import SchemaError, validate_mpijob
 from chexflow.jobs.spec import ClusterOptions
-from chexflow.reference import reference_dir
 from tests.conftest import run_chexflow
 from tests.recorded_kube_fake import Recorded, RecordedRequestFakeKubeApi
+from tests.support.reference import reference_dir
 
 CRD = Path(__file__).parent / "data" / "mpijobs.kubeflow.org.v2beta1.yaml"
 

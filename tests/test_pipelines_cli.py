@@ -10,6 +10,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from chexflow.pipelines.commands import NOT_RUN_OPTIONS, run_parameters
 from chexflow.pipelines.registry import PIPELINES_DIR_ENV, pipeline_parameters, pipelines_dir
 from tests.conftest import CHEXFLOW, run_chexflow
@@ -134,6 +136,7 @@ def test_param_of_unknown_name_or_wrong_type_is_one_line_and_starts_nothing(tmp_
         assert not out.exists(), "no run folder for a refused run"
 
 
+@pytest.mark.slow
 def test_run_out_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

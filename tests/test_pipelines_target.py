@@ -78,6 +78,7 @@ def test_the_target_component_takes_clusteroptions_pipeline_parameters_as_stated
     assert Target.from_dict(made).cluster_options().queue == "research"
 
 
+@pytest.mark.slow
 def test_every_pipeline_has_clusteroptions_pipeline_parameters_with_their_defaults():
     """`@cluster_parameters` gives each pipeline ClusterOptions' pipeline parameters, in KFP's
     signature and in what `chexflow run` reads from the definition files."""

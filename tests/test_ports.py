@@ -9,7 +9,9 @@ from chexflow import ports
 
 
 def test_picked_ports_are_below_the_ephemeral_range_distinct_and_bindable():
-    picked = ports.free_ports(40)
+    picked: list[int] = []
+    for _ in range(40):
+        picked.append(ports.free_port(picked))
     assert len(set(picked)) == 40
     assert all(ports.LOWEST <= p < ports.ephemeral_low() for p in picked)
     for port in picked[:5]:

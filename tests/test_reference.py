@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chexflow.reference import REFERENCE_ENV, ReferenceMissing, reference_dir
+from tests.support.reference import REFERENCE_ENV, ReferenceMissing, reference_dir
 
 
 def test_reference_dir_holds_the_crds_and_katib_examples():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.slurm.single_node import LocalSlurm, missing_requirements
 from tests.conftest import read_json, run_chexflow
+from tests.support.slurm import LocalSlurm, missing_requirements
 
 TRAIN = ["--model", "densenet121", "--epochs", 1, "--batch-size", 4, "--image-size", 64,
          "--steps-per-epoch", 2]

@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from chexflow.envs import trainer_python
+
+pytestmark = pytest.mark.trainer  # TensorFlow in the trainer's environment
 
 REPO = Path(__file__).resolve().parent.parent
 OLD = REPO / "tests/data/tf2.15"

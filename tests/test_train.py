@@ -17,11 +17,11 @@ import pytest
 from chexflow.data.manifest import DatasetError, count_records, load_manifest
 from chexflow.envs import trainer_python
 from chexflow.jobs.local import horovodrun_command
-from chexflow.results import read_auroc, read_metrics
 from chexflow.train.launch import LaunchError, parse_hosts, resolve_hosts
 from chexflow.train.options import TrainOptions
 from chexflow.train.throughput import RankTiming, jitter, summarize
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
+from tests.support.results import read_auroc, read_metrics
 
 METRIC_KEYS = {
     "model", "workers", "image_size", "batch_size_per_worker", "epochs", "images_per_sec",
@@ -296,6 +296,7 @@ def test_manifest_from_another_image_size(nih_tfrecords, tmp_path):
     assert "image_size is 64 px but --image-size is 224" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("field", "value", "expected"), [
     ("image_size", 32, "image_size is 32, but {shard} holds 64x64 px images (its first record)"),
     ("classes", ["Atelectasis", "Cardiomegaly"],

@@ -260,6 +260,7 @@ def test_diverged_training_fails_in_one_line_and_saves_no_model(tmp_path):
 # ---------------------------------------------------------------- resuming on another split
 
 
+@pytest.mark.slow
 def test_resume_on_data_preprocessed_again_with_another_split_is_refused(tmp_path):
     raw, data, out = tmp_path / "raw", tmp_path / "data", tmp_path / "run"
     run_chexflow("data", "synth", "--out", raw, "--images", 40, "--size", 32)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
+pytestmark = pytest.mark.trainer  # TensorFlow in the test's own process
 
 
 def _steps(opt, steps: int = 4) -> list[np.ndarray]:

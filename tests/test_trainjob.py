@@ -126,6 +126,17 @@ def test_trainjob_refuses_what_trainer_cannot_express_with_the_field_named():
         render_trainjob(spec(horovod=False, workers=1))
 
 
+@pytest.mark.parametrize("kind", ["mpijob", "trainjob"])
+def test_chexflow_job_renders_what_its_old_name_mpijob_renders(kind):
+    """`chexflow job` is the command's name for every job kind; `chexflow mpijob` stays an alias
+    for one release and prints the same YAML (errors name the name the user typed)."""
+    argv = ["render", "--name", "j", "--job-kind", kind, "--workers", "2", "--pvc", "data",
+            "--", "chexflow", "train"]
+    assert run_chexflow("job", *argv).stdout == run_chexflow("mpijob", *argv).stdout
+    bad = run_chexflow("job", "render", "--name", "j", check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("chexflow job: error: ")
+
+
 def test_cli_render_job_kind_trainjob_prints_the_trainjob():
     out = run_chexflow("mpijob", "render", "--name", "tj", "--job-kind", "trainjob",
                        "--workers", "2", "--pvc", "data", "--runtime", "other", "--",

@@ -1,4 +1,4 @@
-"""`chexflow bench --only cluster-faults`: the fault table docs/cluster-faults.json holds.
+"""`chexflow bench --only cluster-faults`: the fault table docs/bench/cluster-faults.json holds.
 
 An MPIJob (one worker pod and its launcher on a local cluster's real node, DenseNet-121 at
 64 px) trains while etcd, kube-apiserver, kube-scheduler, mpi-operator, the kubelet and
@@ -242,7 +242,8 @@ def run(work: Path, data: Path, out: Path, epochs: int = EPOCHS,
         image, image_setup = real_pods.load_trainer_image(state_dir)
         with real_pods.namespace(api, shared) as ns:
             result = train_under_faults(state_dir, api, ns, shared, "data", image, epochs)
-    doc = {"measured": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
+    doc = {"command": "chexflow bench --only cluster-faults",
+           "measured": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
            "load_average_1m": load, "cores": os.cpu_count(), "commit": _git_commit(),
            "job": {"kind": "MPIJob, 1 worker, DenseNet-121 64 px", "epochs": epochs,
                    "outcome": (result.condition or {}).get("type"),

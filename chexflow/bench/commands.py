@@ -1,4 +1,5 @@
-"""`chexflow bench [--quick] [--gpu] [--out DIR] [--only NAME ...]`."""
+"""`chexflow bench [--quick] [--gpu] [--out DIR] [--only NAME ...]` and `chexflow bench tables
+[--check]`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from chexflow.envs import REPO_ROOT
 
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
@@ -34,11 +37,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the kubeconfig of a running `chexflow cluster up --real-node --trainer` "
                    "(--katib for katib-cluster; default: the bench starts a cluster of its own); "
                    "cluster-faults (the supervised cluster's processes SIGKILLed while an MPIJob "
-                   "trains: docs/cluster-faults.json) needs its state folder beside it")
+                   "trains: docs/bench/cluster-faults.json) needs its state folder beside it")
     p.add_argument("--baseline-python", type=Path,
                    help="tf-stack: the TF 2.15 trainer's python (default .venv-tf2.15/bin/python, "
                    "created on first use)")
     p.set_defaults(func=run_bench)
+    tables = p.add_subparsers(dest="bench_command", metavar="ACTION").add_parser(
+        "tables", help="make the docs' tables of figures from their JSON under docs/bench/")
+    tables.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 when a page's table differs from its JSON")
+    tables.add_argument("--docs", type=Path, default=REPO_ROOT / "docs",
+                        help="the folder of pages (default: this checkout's docs/)")
+    tables.set_defaults(func=run_tables)
+
+
+def run_tables(args: argparse.Namespace) -> int:
+    """`chexflow bench tables [--check]`: the pages whose tables are stale, rewritten or not."""
+    from chexflow.bench.tables import update
+
+    stale = update(args.docs, args.check)
+    for page in stale:
+        print(f"{page}: {'stale' if args.check else 'made anew'}")
+    return 1 if args.check and stale else 0
 
 
 def synth_tfrecords(work: Path, images: int, source_px: int, size: int) -> Path:

@@ -549,7 +549,6 @@ STEP_CHECKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "target_op": check_target_op, "preprocess_op": check_preprocess_op,
     "train_op": check_train_op, "evaluate_op": check_evaluate_op, "tune_op": check_tune_op,
 }
-UNCHECKED_STEPS = ("report_op", "scaling_report_op")
 
 
 def check_step(component: str, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -121,7 +121,7 @@ class StagedOutput:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type, _exc, _tb) -> None:
         self._close(failed=exc_type is not None)
 
     def commit(self, replaces: list[str]) -> None:

@@ -8,7 +8,7 @@ import json
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
@@ -160,59 +160,23 @@ def write_outputs(cfg: PreprocessConfig, root: Path) -> dict:
     started = time.time()
     records, rejections, classes = read_records(cfg)
     csv_rows = len(records) + len(rejections)
-    if cfg.split_lists:
-        known = {r.image_index for r in records} | {r.image for r in rejections}
-        splits, unlisted = split_by_lists(records, known, cfg.split_lists, cfg.fractions, cfg.seed)
-        for r in unlisted:
-            r.source_file = str(cfg.csv)
-        rejections += unlisted
-        split_info = {
-            "method": "nih-lists",
-            "lists": {n: sha256_file(cfg.split_lists / n) for n in NIH_LIST_FILES},
-            "train_val_fractions": cfg.fractions[:2],
-            "seed": cfg.seed,
-        }
-    else:
-        splits = split_random(records, cfg.fractions, cfg.seed)
-        split_info = {"method": "random-by-patient", "fractions": cfg.fractions, "seed": cfg.seed}
+    splits, split_info, unlisted = split_records(cfg, records, rejections)
+    rejections += unlisted
     check_kept(splits, rejections, f"from {csv_rows} rows of {cfg.csv}")
-
-    shards: dict[str, list[dict]] = {s: [] for s in SPLITS}
-    converted: Counter = Counter()
-    image_hashes: dict[str, list] = {s: [] for s in SPLITS}
+    written = Shards()
     if not cfg.plan_only:
-        with faults.reported(root):
-            for s in SPLITS:
-                (root / s).mkdir()
-        tasks = [t for s in SPLITS for t in plan_shards(s, splits[s], cfg.images_per_shard)]
-        for result in run_shards(cfg, root, tasks):
-            rel = Path(result.path).relative_to(root).as_posix()
-            split = rel.split("/")[0]
-            shards[split].append({"path": rel, "images": len(result.written)})
-            rejections += result.rejections
-            converted.update(result.converted)
-            image_hashes[split] += result.image_hashes
+        written = write_split_shards(cfg, root, splits)
+        rejections += written.rejections
         rejected_images = {r.image for r in rejections}
-        splits = {
-            s: [r for r in recs if r.image_index not in rejected_images]
-            for s, recs in splits.items()
-        }
-        for s in SPLITS:
-            shards[s].sort(key=lambda d: d["path"])
+        splits = {s: [r for r in recs if r.image_index not in rejected_images]
+                  for s, recs in splits.items()}
         check_kept(splits, rejections, "after reading the images")
-
-    with faults.reported(root / "splits.csv"), open(root / "splits.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["image_index", "patient_id", "split", "source_row"])
-        for s in SPLITS:
-            for r in splits[s]:
-                writer.writerow([r.image_index, r.patient_id, s, r.source_row])
+    write_splits_csv(root / "splits.csv", splits)
     rejections.sort(
         key=lambda r: (str(r.source_file), int(r.source_row) if str(r.source_row).isdigit() else 0)
     )
     with faults.reported(root / "rejected.csv"):
         write_rejections(root / "rejected.csv", rejections)
-
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         "chexflow_version": chexflow.__version__,
@@ -225,25 +189,92 @@ def write_outputs(cfg: PreprocessConfig, root: Path) -> dict:
         "plan_only": cfg.plan_only,
         "inputs": {"csv": {"path": str(cfg.csv), "sha256": sha256_file(cfg.csv)}},
         "split": split_info,
-        "splits": {},
+        "splits": {s: split_entry(splits[s], classes, written, s) for s in SPLITS},
         "csv_rows": csv_rows,
         "accepted": sum(len(splits[s]) for s in SPLITS),
         "rejected": len(rejections),
-        "converted_images": dict(converted),
+        "converted_images": dict(written.converted),
         "warnings": sex_conflicts([r for s in SPLITS for r in splits[s]]),
         "seconds": round(time.time() - started, 2),
+        "patient_overlap": patient_overlap(splits),
     }
-    for s in SPLITS:
-        entry = split_summary(splits[s], classes)
-        entry["shards"] = shards[s]
-        if image_hashes[s]:
-            joined = "\n".join(f"{n} {h}" for n, h in sorted(image_hashes[s]))
-            entry["images_sha256"] = hashlib.sha256(joined.encode()).hexdigest()
-        manifest["splits"][s] = entry
-    patients = [{r.patient_id for r in splits[s]} for s in SPLITS]
-    manifest["patient_overlap"] = sum(
-        len(a & b) for i, a in enumerate(patients) for b in patients[i + 1 :]
-    )
     with faults.reported(root / "manifest.json"):
         (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def split_records(cfg: PreprocessConfig, records: list[Record], rejections: list[Rejection]
+                  ) -> tuple[dict[str, list[Record]], dict, list[Rejection]]:
+    """The splits, how they were made (the manifest's "split"), and the rows the NIH lists
+    leave out (rejections of their own)."""
+    if not cfg.split_lists:
+        splits = split_random(records, cfg.fractions, cfg.seed)
+        return splits, {"method": "random-by-patient", "fractions": cfg.fractions,
+                        "seed": cfg.seed}, []
+    known = {r.image_index for r in records} | {r.image for r in rejections}
+    splits, unlisted = split_by_lists(records, known, cfg.split_lists, cfg.fractions, cfg.seed)
+    for r in unlisted:
+        r.source_file = str(cfg.csv)
+    return splits, {
+        "method": "nih-lists",
+        "lists": {n: sha256_file(cfg.split_lists / n) for n in NIH_LIST_FILES},
+        "train_val_fractions": cfg.fractions[:2],
+        "seed": cfg.seed,
+    }, unlisted
+
+
+@dataclass
+class Shards:
+    """What writing the shards gave: each split's shard files, the images rejected while
+    reading them, the conversions made, and each split's (image, sha256) pairs."""
+
+    files: dict[str, list[dict]] = field(default_factory=lambda: {s: [] for s in SPLITS})
+    rejections: list[Rejection] = field(default_factory=list)
+    converted: Counter = field(default_factory=Counter)
+    image_hashes: dict[str, list] = field(default_factory=lambda: {s: [] for s in SPLITS})
+
+
+def write_split_shards(cfg: PreprocessConfig, root: Path,
+                       splits: dict[str, list[Record]]) -> Shards:
+    """Every split's TFRecord shards under root/SPLIT/."""
+    with faults.reported(root):
+        for s in SPLITS:
+            (root / s).mkdir()
+    tasks = [t for s in SPLITS for t in plan_shards(s, splits[s], cfg.images_per_shard)]
+    out = Shards()
+    for result in run_shards(cfg, root, tasks):
+        rel = Path(result.path).relative_to(root).as_posix()
+        split = rel.split("/")[0]
+        out.files[split].append({"path": rel, "images": len(result.written)})
+        out.rejections += result.rejections
+        out.converted.update(result.converted)
+        out.image_hashes[split] += result.image_hashes
+    for s in SPLITS:
+        out.files[s].sort(key=lambda d: d["path"])
+    return out
+
+
+def write_splits_csv(path: Path, splits: dict[str, list[Record]]) -> None:
+    with faults.reported(path), open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["image_index", "patient_id", "split", "source_row"])
+        for s in SPLITS:
+            for r in splits[s]:
+                writer.writerow([r.image_index, r.patient_id, s, r.source_row])
+
+
+def split_entry(records: list[Record], classes: tuple[str, ...], written: Shards,
+                split: str) -> dict:
+    """The manifest's entry of one split: its counts, shards and the hash of its images."""
+    entry = split_summary(records, classes)
+    entry["shards"] = written.files[split]
+    if written.image_hashes[split]:
+        joined = "\n".join(f"{n} {h}" for n, h in sorted(written.image_hashes[split]))
+        entry["images_sha256"] = hashlib.sha256(joined.encode()).hexdigest()
+    return entry
+
+
+def patient_overlap(splits: dict[str, list[Record]]) -> int:
+    """Patients found in two splits (0: the split is by patient)."""
+    patients = [{r.patient_id for r in splits[s]} for s in SPLITS]
+    return sum(len(a & b) for i, a in enumerate(patients) for b in patients[i + 1:])

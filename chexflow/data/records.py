@@ -12,11 +12,11 @@ REJECTED_FIELDS = ("source_file", "source_row", "image", "reason")
 # the splits preprocess writes, by patient
 SPLITS = ("train", "val", "test")
 
-# TFRecord feature keys: one tf.train.Example per image.
-# image: raw uint8 greyscale pixels, height*width bytes (decoded once at preprocessing time so
-# training spends no time in PNG decoding); labels/mask: float lists of len(classes) where
-# mask 0 marks a label to ignore (CheXpert's U-Ignore); image_index, patient_id: bytes.
-FEATURE_KEYS = ("image", "height", "width", "labels", "mask", "image_index", "patient_id")
+# The TFRecord schema: one tf.train.Example per image, features image, height, width, labels,
+# mask, image_index and patient_id. image: raw uint8 greyscale pixels, height*width bytes
+# (decoded once at preprocessing time so training spends no time in PNG decoding); labels/mask:
+# float lists of len(classes) where mask 0 marks a label to ignore (CheXpert's U-Ignore);
+# image_index, patient_id: bytes.
 
 
 class DataError(ChexflowError, ValueError):

@@ -58,7 +58,7 @@ def decode(record: Record, size: int) -> Decoded:
 
 
 def encode_example(record: Record, image: Decoded) -> bytes:
-    """One serialized tf.train.Example in chexflow's schema (records.FEATURE_KEYS)."""
+    """One serialized tf.train.Example in chexflow's schema (the schema in records.py)."""
     import tensorflow as tf
 
     def b(v: bytes):

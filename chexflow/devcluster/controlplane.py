@@ -311,7 +311,7 @@ class LocalCluster:
     def __enter__(self) -> LocalCluster:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         self.stop()
 
     # ---- state file ----------------------------------------------------------------------------

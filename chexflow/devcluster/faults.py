@@ -1,14 +1,11 @@
 """SIGKILL one process of a local cluster and wait until it is back: the fault table's benchmark
 (chexflow.bench.cluster_faults) and the fault tests (tests/cluster/test_cluster_faults_table.py:
 while an MPIJob trains; test_cluster_katib_faults.py: while a Katib Experiment with MPIJob
-trials runs).
+trials runs, which also kills pods' processes: tests/support/pod_faults.py).
 
-- A component process (etcd, kube-apiserver, kube-scheduler, mpi-operator, the kubelet,
-  containerd): the cluster's supervisor (LocalCluster.start_supervisor) restarts it with its
-  recorded arguments; back = restarted and healthy as its clients need it.
-- A pod's main process (Katib's controller, db-manager, MySQL, a suggestion service), found
-  through containerd (`ctr task ls`), as a crash of that process would be; the kubelet restarts
-  the container; back = a new container running and the pod Ready.
+A component process (etcd, kube-apiserver, kube-scheduler, mpi-operator, the kubelet,
+containerd): the cluster's supervisor restarts it with its recorded arguments; back = restarted
+and healthy as its clients need it.
 """
 
 from __future__ import annotations
@@ -107,40 +104,3 @@ def retry(fn: Callable[[], Any], timeout: float = 120) -> Any:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1)
-
-
-def _ready(pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
-
-
-def _main_pid(node: realnode.RealNode, pod) -> tuple[str, int]:
-    """The pod's first container: its containerd id and its main process's host pid."""
-    cid = pod.status.container_statuses[0].container_id.split("://", 1)[1]
-    for line in node.ctr("task", "ls").stdout.splitlines()[1:]:
-        task, pid, status = line.split()
-        if task == cid and status == "RUNNING":
-            return cid, int(pid)
-    raise DevClusterError(f"no running task for {pod.metadata.name} ({cid})")
-
-
-def kill_pod_process(core, node: realnode.RealNode, pod,
-                     timeout: float = 300) -> tuple[float, float]:
-    """SIGKILL the main process of the pod's first container; seconds until its container ran
-    again (a new containerd task, restartCount up) and until the pod was Ready."""
-    cid, pid = _main_pid(node, pod)
-    before = pod.status.container_statuses[0].restart_count
-    start = time.monotonic()
-    os.kill(pid, signal.SIGKILL)
-    running = None
-    while time.monotonic() - start < timeout:
-        pod = core.read_namespaced_pod(pod.metadata.name, pod.metadata.namespace)
-        status = pod.status.container_statuses[0]
-        if running is None and status.restart_count > before and status.state.running \
-                and status.container_id.split("://", 1)[1] != cid:
-            running = time.monotonic() - start
-        if running is not None and _ready(pod):
-            return running, time.monotonic() - start
-        time.sleep(0.5)
-    raise DevClusterError(f"pod {pod.metadata.namespace}/{pod.metadata.name} not Ready "
-                          f"{timeout:.0f} s after SIGKILL (container running again after "
-                          f"{running} s)")

@@ -51,10 +51,6 @@ cache_dir = BUILD.cache_dir  # kueue-<release>-<10 hex of sha256(go.mod + go.sum
 ensure_binaries = BUILD.ensure  # the folder with `kueue`, its CRDs and webhook manifests
 
 
-def kueue_version() -> str:
-    return BUILD.version()
-
-
 def serving_cert(pki: certs.PKI) -> Path:
     """tls.crt/tls.key for 127.0.0.1 signed by the cluster's CA, in pki/kueue (the webhook and
     metrics servers' certificate folder)."""

@@ -1,7 +1,7 @@
-"""`chexflow mpijob render`: print the MPIJob (or, with --job-kind trainjob, the Kubeflow Trainer v2
-TrainJob; or batch Job) a job would be submitted as;
-`chexflow mpijob submit`: create it with the kubernetes backend and wait until it ends (stopping
-the command deletes it)."""
+"""`chexflow job render`: print the MPIJob (or, with --job-kind trainjob, the Kubeflow Trainer v2
+TrainJob; or batch Job) a job would be submitted as; `chexflow job submit`: create it with the
+kubernetes backend and wait until it ends (stopping the command deletes it). `chexflow mpijob`
+is the old name, an alias for one release."""
 
 from __future__ import annotations
 
@@ -68,18 +68,22 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    mpijob = sub.add_parser("mpijob", help="MPIJob (kubeflow.org/v2beta1) rendering")
-    mpijob_sub = mpijob.add_subparsers(dest="mpijob_command", required=True, metavar="SUBCOMMAND")
-    render = mpijob_sub.add_parser(
-        "render", help="print the MPIJob YAML for a command, e.g. -- chexflow train ..."
+    job = sub.add_parser(
+        "job", aliases=["mpijob"],
+        help="render or submit a training job: MPIJob (kubeflow.org/v2beta1), TrainJob "
+             "(--job-kind trainjob) or batch Job (--single); `mpijob` is its old name, kept "
+             "for one release")
+    job_sub = job.add_subparsers(dest="job_subcommand", required=True, metavar="SUBCOMMAND")
+    render = job_sub.add_parser(
+        "render", help="print the job's YAML for a command, e.g. -- chexflow train ..."
     )
     add_job_arguments(render)
     render.add_argument(
         "--validate", type=Path, metavar="CRD.yaml", help="check it against this CRD's schema"
     )
     render.set_defaults(func=run_render)
-    submit = mpijob_sub.add_parser(
-        "submit", help="create the MPIJob (or Job) in the cluster (KUBECONFIG) and wait for it; "
+    submit = job_sub.add_parser(
+        "submit", help="create the job in the cluster (KUBECONFIG) and wait for it; "
                        "SIGTERM or Ctrl-C deletes it"
     )
     add_job_arguments(submit)

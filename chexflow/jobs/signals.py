@@ -20,7 +20,7 @@ def sigterm_raises() -> Iterator[None]:
         yield
         return
 
-    def handler(signum, frame) -> None:
+    def handler(signum, _frame) -> None:
         ignore_sigterm()
         raise Terminated
 

@@ -32,9 +32,6 @@ def step_pod(task: dsl.PipelineTask, data_pvc, mount_path: str = MOUNT_PATH,
     return task
 
 
-on_cluster = step_pod  # its old name, for pipeline definitions written against it
-
-
 def cluster_parameters(pipeline_func: Callable) -> Callable:
     """A pipeline function `f(..., **cluster)` with ClusterOptions' pipeline parameters
     (node_selector, tolerations, ...: chexflow.jobs.spec, their types and defaults) as its last

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -46,7 +46,6 @@ class Step:
     started: float
     bar: Any = None
     partial: str = ""
-    epochs_seen: dict[str, float] = field(default_factory=dict)
 
 
 class TaskStreams(io.TextIOBase):

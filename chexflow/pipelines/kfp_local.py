@@ -78,7 +78,7 @@ def steps_stopped_by_sigterm() -> Iterator[list[int]]:
         while not ended.wait(FORWARD_SECONDS):
             terminate(descendants(os.getpid()))
 
-    def forward(signum: int, frame: Any) -> None:
+    def forward(signum: int, _frame: Any) -> None:
         received.append(signum)
         running = descendants(os.getpid())
         if not running:

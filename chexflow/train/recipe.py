@@ -94,8 +94,8 @@ def optimizer(name: str, lr: float, weight_decay: float = 0.0) -> keras.optimize
     weight_decay is decoupled, as the new Keras optimizers' `weight_decay`.
 
     They are Keras' legacy optimizers: the same steps, one fused op per variable where the new
-    ones trace about fifteen, so the training step builds much faster (docs/training.md:
-    DenseNet-121's first step 8 s instead of 20 on 2 cores, the steps after as fast).
+    ones trace about fifteen, so the training step builds much faster, and the steps after it
+    run as fast (docs/training.md#chexflow-train).
     tests/test_train_optimizer.py checks the steps are the same."""
     if name == "sgd":
         return SGD(learning_rate=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)

@@ -33,10 +33,10 @@ from chexflow.train.options import MODELS
 RUN_FILE = "run.json"
 # The classes of a model's outputs, in order, and its image size travel inside best_model.keras
 # (a zip file), so that they go with the model when it is copied alone: under this key of the
-# metadata.json Keras writes there. Files written before 2026-11-25 hold them in a member of
+# metadata.json Keras writes there. Files of older chexflow versions hold them in a member of
 # their own, LEGACY_MODEL_INFO (which keras.models.load_model cannot read past; chexflow's
 # models.load_model can).
-MODEL_INFO = "metadata.json:chexflow"
+MODEL_INFO = "chexflow"
 KERAS_METADATA = "metadata.json"
 LEGACY_MODEL_INFO = "chexflow.json"
 # run.json fields that must match for a rerun to resume the same run
@@ -161,7 +161,7 @@ def embed_model_info(model: Path, classes: list[str], image_size: int) -> None:
         if name != KERAS_METADATA:
             return data
         meta = json.loads(data)
-        meta["chexflow"] = {"classes": classes, "image_size": image_size}
+        meta[MODEL_INFO] = {"classes": classes, "image_size": image_size}
         return json.dumps(meta).encode()
 
     tmp = model.with_name(model.name + ".info")
@@ -177,7 +177,7 @@ def model_info(model: Path) -> dict | None:
             names = zf.namelist()
             if LEGACY_MODEL_INFO in names:
                 return json.loads(zf.read(LEGACY_MODEL_INFO))
-            return json.loads(zf.read(KERAS_METADATA)).get("chexflow")
+            return json.loads(zf.read(KERAS_METADATA)).get(MODEL_INFO)
     except (OSError, KeyError, ValueError, AttributeError, zipfile.BadZipFile):
         return None
 

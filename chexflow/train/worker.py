@@ -35,8 +35,8 @@ from chexflow.train.rundir import (
 )
 
 # Horovod's background thread negotiates every HOROVOD_CYCLE_TIME ms (default 1). On a CPU host
-# every core already runs a worker's ops, and that polling took them: 2 ResNet-50 workers on 2
-# cores reached 0.70 scaling efficiency, 0.91 with 25 ms. A GPU keeps Horovod's default.
+# every core already runs a worker's ops, and that polling takes cycles from them, so scaling is
+# far better at 25 ms (docs/training.md#horovod-on-cpu-hosts). A GPU keeps Horovod's default.
 CPU_CYCLE_TIME_MS = "25"
 
 
@@ -181,8 +181,8 @@ def _train(args: argparse.Namespace, held: contextlib.ExitStack) -> int:
     ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = tf.train.CheckpointManager(ckpt, str(out / "checkpoints"), max_to_keep=2)
     state = _restore(out, ckpt, hvd_tf)
-    # in place: a few grouped broadcasts; the default traces one per variable (9 of 24 s of
-    # DenseNet-121's start-up on 2 loaded cores)
+    # in place: a few grouped broadcasts; the default traces one per variable, a large part of
+    # the start-up
     hvd_tf.broadcast_variables(model.variables + recipe.optimizer_variables(model.optimizer),
                                root_rank=0, inplace=True)
     initial_epoch = int(state.get("epoch", 0))
@@ -259,8 +259,8 @@ def _compile_model(args: argparse.Namespace, tf, hvd_tf, manifest, classes):
         )
     optimizer = recipe.optimizer(args.optimizer, args.lr * size, args.weight_decay)
     if size > 1:
-        # one rank has nothing to average, and tracing Horovod's per-gradient allreduce took
-        # 12 of the 20 s of building ResNet-50's training step. One group: all gradients in one
+        # one rank has nothing to average, and tracing Horovod's per-gradient allreduce is most
+        # of building a training step. One group: all gradients in one
         # grouped allreduce (one op and one size check in the graph, not one per gradient; the
         # same sums, as Horovod fuses the tensors of a step either way).
         optimizer = hvd.DistributedOptimizer(
@@ -319,7 +319,7 @@ def _read_checkpoint(ckpt, prefix: Path) -> str | None:
         return f"{prefix}.index: not readable ({_exception_line(e)})"
     try:
         ckpt.restore(str(prefix)).assert_existing_objects_matched()
-    except AssertionError as e:  # e.g. a checkpoint of the new optimizers (before 2026-11-26)
+    except AssertionError as e:  # e.g. a checkpoint of Keras' new optimizers
         first = (str(e).strip().splitlines() or ["no detail"])[0][:200]
         raise RunError(f"{prefix}: does not match this run's model and optimizer ({first}); "
                        f"train into a new --out") from None

@@ -6,7 +6,7 @@ must still end Succeeded with every epoch in a whole metrics.json.
 The job's rank waits, after training, until the last fault is over (chexflow.bench.
 cluster_faults.train_under_faults): the job cannot end before the faults, whatever the
 machine's speed. The seconds each fault cost are the benchmark's (`chexflow bench --only
-cluster-faults`, which writes the table docs/cluster-faults.json holds), not asserted here.
+cluster-faults`, which writes the table docs/bench/cluster-faults.json holds), not asserted here.
 
 The same six, and Katib's components (controller, db-manager, MySQL, a suggestion pod), are
 killed while a Katib Experiment with MPIJob trials runs in

@@ -27,8 +27,8 @@ Measured per fault: seconds until the process (container) ran again and until it
 while it was down and how they ended, and the seconds the slowest of them took beyond the
 median trial that no fault touched (measured, not asserted: none when every trial was in flight
 during some fault). The table is written beside the test's data, or with
-CHEXFLOW_RECORD_FAULT_TABLE=1 to docs/cluster-faults-katib.json, which docs/local-cluster.md
-quotes."""
+CHEXFLOW_RECORD_FAULT_TABLE=1 to docs/bench/cluster-faults-katib.json, from which
+`chexflow bench tables` makes docs/local-cluster.md's table."""
 
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ import pytest
 from chexflow.devcluster.faults import (
     CONTROL_PLANE,
     kill_component,
-    kill_pod_process,
     restarts,
     retry,
 )
@@ -54,6 +53,7 @@ from chexflow.devcluster.realnode import RealNode
 from chexflow.envs import REPO_ROOT
 from tests.cluster.conftest import hostpath_claim
 from tests.cluster.test_cluster_katib_tune import CHEXFLOW, LAUNCHER, WORKER
+from tests.support.pod_faults import kill_pod_process
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -66,7 +66,7 @@ EPOCHS, RANKS = 4, 2  # reports per trial (val_auroc=0.1 .. 0.4, one every 3 s);
 # over: a few trials after the faults (the fault-free baseline). PARALLEL trials at a time.
 OPEN_TRIALS, AFTER, PARALLEL = 1000, 4, 2
 GAP_S = 3  # trials go on between two faults
-TABLE = REPO_ROOT / "docs" / "cluster-faults-katib.json"
+TABLE = REPO_ROOT / "docs" / "bench" / "cluster-faults-katib.json"
 MPIJOB = "spec.trialTemplate.trialSpec.spec"
 # what each rank runs: the launcher's command is `sh -c "mpirun ... bash -c 'SCRIPT'"`, as one
 # string, since Katib's pod webhook joins its command and args with spaces into one `sh -c`
@@ -301,6 +301,8 @@ def test_an_experiment_of_mpijob_trials_survives_ten_control_plane_and_katib_pro
     table = TABLE if os.environ.get("CHEXFLOW_RECORD_FAULT_TABLE") == "1" else \
         tmp_path / "cluster-faults-katib.json"
     table.write_text(json.dumps({
+        "command": "CHEXFLOW_RECORD_FAULT_TABLE=1 pytest "
+                   "tests/cluster/test_cluster_katib_faults.py",
         "measured": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()),
         "load_average_1m": round(os.getloadavg()[0], 1), "cores": os.cpu_count(),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,

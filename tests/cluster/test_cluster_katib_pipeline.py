@@ -19,6 +19,7 @@ import yaml
 from chexflow.envs import REPO_ROOT
 from tests.cluster.conftest import hostpath_claim
 from tests.cluster.test_cluster_katib_tune import CHEXFLOW, LAUNCHER, SPEC, WORKER
+from tests.support.katib import in_feasible_space
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -144,7 +145,7 @@ def same_space_locally(cluster_state: Path, local_state: Path) -> None:
         assert len(results["trials"]) == 2, where
         for t in results["trials"]:
             assert [k for k in t if k in params] == params, (where, t)
-            assert all(p.contains(t[p.name]) for p in spec.parameters), (where, t)
+            assert all(in_feasible_space(p, t[p.name]) for p in spec.parameters), (where, t)
         types[where] = [{k: type(t[k]).__name__ for k in params} for t in results["trials"]]
     assert types["cluster"] == types["local"] == [
         {"lr": "float", "batch-size": "int", "optimizer": "str", "weight-decay": "float"}] * 2

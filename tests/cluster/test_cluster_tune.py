@@ -25,6 +25,7 @@ from chexflow.katib.local.results import load_results
 from chexflow.katib.suggestions.libraries import make_suggester
 from tests.katib_configmap_specs import configmap_spec
 from tests.rbac_requests import Access, StatusRecorder, granted
+from tests.support.katib import in_feasible_space
 
 pytestmark = pytest.mark.cluster
 
@@ -328,7 +329,7 @@ def test_same_spec_locally_and_on_the_cluster_gives_results_one_reader_loads_wit
         for t in results["trials"]:
             assert [k for k in t if k in params] == params, where
             for p in spec.parameters:
-                assert p.contains(t[p.name]), (where, p.name, t[p.name])
+                assert in_feasible_space(p, t[p.name]), (where, p.name, t[p.name])
     types = {where: [{k: type(t[k]).__name__ for k in params} for t in r["trials"]]
              for where, r in loaded.items()}
     assert types["local"] == types["cluster"] == [

@@ -37,7 +37,6 @@ import yaml
 from chexflow.container_images import DEFAULT_REGISTRY, DEFAULT_TAG
 from chexflow.jobs.render import render_mpijob
 from chexflow.jobs.spec import JobSpec, Volume
-from chexflow.jobs.trainjob import CONTAINER as TRAINJOB_CONTAINER
 from chexflow.jobs.trainjob import render_trainjob
 from chexflow.katib.experiment.templates import TEMPLATES_FILE
 from chexflow.katib.experiment.trialspec import override_args
@@ -46,10 +45,6 @@ from chexflow.train.options import TrainOptions
 CONFIG_MAP, KEY = "chexflow-trial-templates", "chexnet-mpijob.yaml"
 CPU_KEY, TRAINJOB_KEY, TRAINJOB_CPU_KEY = ("chexnet-mpijob-cpu.yaml", "chexnet-trainjob.yaml",
                                            "chexnet-trainjob-cpu.yaml")
-# what a TrainJob trial's spec names: its containers (launcher's too) and the pod that prints
-# the metrics, the launcher under runLauncherAsNode (JobSet's replicated-job label)
-TRAINJOB_PRIMARY = {"container": TRAINJOB_CONTAINER,
-                    "labels": {"jobset.sigs.k8s.io/replicatedjob-name": "launcher"}}
 # Katib's UI lists the trial templates of ConfigMaps with this label (as Katib's own)
 LABELS = {"katib.kubeflow.org/component": "trial-templates", "app.kubernetes.io/part-of":
           "chexflow"}

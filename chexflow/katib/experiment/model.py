@@ -84,19 +84,6 @@ class Parameter:
             return int(v) if v == int(v) and "." not in str(value) else v
         return self.snap(value)
 
-    def contains(self, value: Any) -> bool:
-        if not self.numeric:
-            return str(value) in self.values
-        v = float(value)
-        if self.type == "int" and v != int(v):
-            return False
-        if not self.low - 1e-12 <= v <= self.high + 1e-12:
-            return False
-        if self.step:
-            k = (v - self.low) / self.step
-            return abs(k - round(k)) < 1e-6
-        return True
-
 
 def format_value(p: Parameter, value: Any) -> str:
     """The string Katib substitutes for `${trialParameters.X}`."""
@@ -174,7 +161,6 @@ class Experiment:
     parameters: list[Parameter]
     trial_template: dict
     collector: Collector
-    resume_policy: str
     raw: dict
     source: str = ""
     # a ConfigMap template read from the repository, and the files looked in for it

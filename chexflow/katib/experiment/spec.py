@@ -61,7 +61,6 @@ TWO_GROUPS = re.compile(r".*\(.*\).*\(.*\).*")
 JOB_SUCCESS = 'status.conditions.#(type=="Complete")#|#(status=="True")#'
 JOB_FAILURE = 'status.conditions.#(type=="Failed")#|#(status=="True")#'
 KUBEFLOW_SUCCESS = 'status.conditions.#(type=="Succeeded")#|#(status=="True")#'
-KUBEFLOW_JOB_KINDS = ("TFJob", "PyTorchJob", "XGBoostJob", "MPIJob", "TrainJob")
 DEFAULT_CONDITIONS = {
     "Job": (JOB_SUCCESS, JOB_FAILURE, None),
     "TrainJob": (JOB_SUCCESS, JOB_FAILURE, {"jobset.sigs.k8s.io/replicatedjob-name": "node",
@@ -254,6 +253,49 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
     (`config_map`: its ConfigMap template, read from `template_files`, checked as Katib's
     webhook checks the one it reads from the cluster)."""
     errors = _Errors(source)
+    meta, name, spec = _metadata(errors, raw)
+    errors.raise_if_any()
+    max_failed, max_trials, parallel = _trial_counts(errors, spec)
+    objective = _objective(errors, spec.get("objective"))
+    if objective is None:  # Katib stops at a bad objective
+        errors.raise_if_any()
+    algorithm, algorithm_settings = _algorithm(errors, spec.get("algorithm"), required=True,
+                                               path="spec.algorithm")
+    early_stopping, es_settings = _algorithm(errors, spec.get("earlyStopping"), required=False,
+                                             path="spec.earlyStopping")
+    _resume_policy(errors, spec)
+    parameters = _parameters(errors, spec)
+    template = errors.mapping("spec.trialTemplate", spec.get("trialTemplate"), required=True)
+    if "configMap" not in template:
+        config_map = None
+    _trial_template(errors, template, parameter_names(spec), config_map)
+    collector = _metrics_collector(errors, spec)
+    exp = Experiment(
+        name=name,
+        namespace=str(meta.get("namespace") or "default"),
+        objective=objective,
+        algorithm=algorithm,
+        algorithm_settings=algorithm_settings,
+        early_stopping=early_stopping or None,
+        early_stopping_settings=es_settings,
+        parallel_trial_count=parallel or 3,
+        max_trial_count=max_trials,
+        max_failed_trial_count=max_failed,
+        parameters=parameters,
+        trial_template=template,
+        collector=collector,
+        raw=raw,
+        source=source,
+        config_map=config_map,
+        template_files=list(template_files or []),
+    )
+    _whole_experiment_rules(errors, exp)
+    errors.raise_if_any()
+    return exp
+
+
+def _metadata(errors: _Errors, raw: dict) -> tuple[dict, str, dict]:
+    """apiVersion, metadata.name and that spec is a mapping: (metadata, name, spec)."""
     if raw.get("apiVersion") != API_VERSION:
         errors.add("apiVersion", f"{raw.get('apiVersion')!r}: expected {API_VERSION}")
     meta = errors.mapping("metadata", raw.get("metadata"), required=True)
@@ -267,9 +309,12 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
             f"with an alphabetic character, and end with an alphanumeric character, and may "
             f"not be longer than {NAME_MAX} characters",
         )
-    spec = errors.mapping("spec", raw.get("spec"), required=True)
-    errors.raise_if_any()
+    return meta, name, errors.mapping("spec", raw.get("spec"), required=True)
 
+
+def _trial_counts(errors: _Errors, spec: dict) -> tuple[int | None, int | None, int | None]:
+    """maxFailedTrialCount, maxTrialCount and parallelTrialCount (default 3), each checked
+    alone and against maxTrialCount."""
     max_failed = _count(errors, spec, "maxFailedTrialCount", 0, "should not be less than 0")
     max_trials = _count(errors, spec, "maxTrialCount", 1, "must be greater than 0")
     spec.setdefault("parallelTrialCount", 3)
@@ -278,71 +323,44 @@ def parse_experiment(raw: dict, source: str = "", config_map: ConfigMapTemplate 
         errors.add("spec.maxFailedTrialCount", "should be less than or equal to spec.maxTrialCount")
     if max_trials is not None and parallel is not None and parallel > max_trials:
         errors.add("spec.parallelTrialCount", "should be less than or equal to spec.maxTrialCount")
+    return max_failed, max_trials, parallel
 
-    objective = _objective(errors, spec.get("objective"))
-    if objective is None:  # Katib stops at a bad objective
-        errors.raise_if_any()
-    algo = errors.mapping("spec.algorithm", spec.get("algorithm"), required=True)
-    algorithm = errors.text("spec.algorithm.algorithmName", algo.get("algorithmName"))
-    if not algorithm:
-        errors.add("spec.algorithm.algorithmName", "must be specified")
-    algorithm_settings = _settings(
-        errors, "spec.algorithm.algorithmSettings", algo.get("algorithmSettings")
-    )
-    es = errors.mapping("spec.earlyStopping", spec.get("earlyStopping"))
-    early_stopping = errors.text("spec.earlyStopping.algorithmName",
-                                 es.get("algorithmName")) or None
-    if es and not early_stopping:
-        errors.add("spec.earlyStopping.algorithmName", "must be specified")
-    es_settings = _settings(
-        errors, "spec.earlyStopping.algorithmSettings", es.get("algorithmSettings")
-    )
+
+def _algorithm(errors: _Errors, value: Any, required: bool, path: str) -> tuple[str, dict]:
+    """spec.algorithm or spec.earlyStopping: its algorithmName ("" when absent and optional)
+    and algorithmSettings."""
+    section = errors.mapping(path, value, required=required)
+    name = errors.text(f"{path}.algorithmName", section.get("algorithmName"))
+    if not name and (required or section):
+        errors.add(f"{path}.algorithmName", "must be specified")
+    return name, _settings(errors, f"{path}.algorithmSettings", section.get("algorithmSettings"))
+
+
+def _resume_policy(errors: _Errors, spec: dict) -> None:
+    """spec.resumePolicy, Never by default (the local runner resumes from its state folder)."""
     resume = spec.setdefault("resumePolicy", "Never")
     if resume not in RESUME_POLICIES:
         errors.add("spec.resumePolicy", f"{resume!r}: invalid ResumePolicyType "
                    f"(expected {', '.join(RESUME_POLICIES)})")
 
-    parameters = _parameters(errors, spec)
-    template = errors.mapping("spec.trialTemplate", spec.get("trialTemplate"), required=True)
-    if "configMap" not in template:
-        config_map = None
-    _trial_template(errors, template, parameter_names(spec), config_map)
-    collector = _metrics_collector(errors, spec)
 
-    exp = Experiment(
-        name=name,
-        namespace=str(meta.get("namespace") or "default"),
-        objective=objective,
-        algorithm=algorithm,
-        algorithm_settings=algorithm_settings,
-        early_stopping=early_stopping,
-        early_stopping_settings=es_settings,
-        parallel_trial_count=parallel or 3,
-        max_trial_count=max_trials,
-        max_failed_trial_count=max_failed,
-        parameters=parameters,
-        trial_template=template,
-        collector=collector,
-        resume_policy=resume,
-        raw=raw,
-        source=source,
-        config_map=config_map,
-        template_files=list(template_files or []),
-    )
-    if algorithm and not errors.items:
+def _whole_experiment_rules(errors: _Errors, exp: Experiment) -> None:
+    """What the algorithm's and the early stopping's services check (ValidateAlgorithmSettings,
+    ValidateEarlyStoppingSettings), then what Katib accepts but runs badly: a command whose
+    metrics it would lose, a ConfigMap template's placeholder that lost its quotes."""
+    if exp.algorithm and not errors.items:
         for path, msg in validate_algorithm(exp):
             errors.add(path, msg)
-    if early_stopping:
+    if exp.early_stopping:
         for path, msg in validate_early_stopping(exp):
             errors.add(path, msg)
     if not errors.items and (newline := trailing_newline(exp)) is not None:
         errors.add(*newline)  # stricter than Katib, which runs it and loses the metrics
-    if not errors.items and exp.config_map is not None and "configMap" in template:
+    if (not errors.items and exp.config_map is not None
+            and "configMap" in exp.trial_template):
         unquoted = unquoted_placeholder(exp.config_map, placeholder_values(exp))
         if unquoted is not None:  # Katib would leave each Trial in Created
             errors.add(*unquoted)
-    errors.raise_if_any()
-    return exp
 
 
 def _objective(errors: _Errors, value: Any) -> Objective | None:
@@ -536,9 +554,32 @@ def parameter_names(spec: dict) -> set[str]:
 
 def _trial_template(errors: _Errors, tt: dict, names: set[str],
                     config_map: ConfigMapTemplate | None) -> None:
+    """spec.trialTemplate as Katib's webhook checks it: its source (a trialSpec or a ConfigMap
+    template, as `config_map` holds it), its trialParameters against spec.parameters and the
+    template, then the template's body."""
     path = "spec.trialTemplate"
     if not tt:
         return
+    source = _template_source(errors, tt, path)
+    if source is None:
+        return
+    spec, trial_params = source
+    body, where = spec, f"{path}.trialSpec"
+    if spec is None and config_map is not None:  # as Katib's webhook reads it from the cluster
+        body, where = config_map.trial_spec, f"{path}.configMap: {config_map.where}"
+    used = template_references(body) if body is not None else None
+    declared = _trial_parameters(errors, trial_params, names, used)
+    if declared is None or body is None:  # a ConfigMap template not read here: Katib reads it
+        return
+    for undeclared in sorted(used - declared):
+        errors.add(where, f"parameters: ${{trialParameters.{undeclared}}} in "
+                   "spec.trialTemplate not found in spec.trialParameters")
+    _template_body(errors, body, where, inline=spec is not None)
+
+
+def _template_source(errors: _Errors, tt: dict, path: str) -> tuple[dict | None, list] | None:
+    """The trialSpec (None for a ConfigMap template) and the trialParameters, with Katib's
+    kind defaults applied; None when the template cannot be checked further."""
     spec, cm = tt.get("trialSpec"), tt.get("configMap")
     if spec is not None:
         spec = errors.mapping(f"{path}.trialSpec", spec)
@@ -549,27 +590,32 @@ def _trial_template(errors: _Errors, tt: dict, names: set[str],
         errors.add(path, "successCondition and failureCondition must be specified")
     if tt.get("trialParameters") is None:
         errors.add(f"{path}.trialParameters", "must be specified")
-        return
+        return None
     trial_params = errors.sequence(f"{path}.trialParameters", tt.get("trialParameters"), dict)
     if spec is None and cm is None:
         errors.add(f"{path}.TrialSource",
                    "spec.trialTemplate.trialSpec or spec.trialTemplate.configMap must be specified")
-        return
+        return None
     if spec is not None and cm is not None:
         errors.add(path, "only one of spec.trialTemplate.trialSpec or spec.trialTemplate.configMap "
                    "can be specified")
-        return
+        return None
     if cm is not None:
         cm = errors.mapping(f"{path}.configMap", cm)
         if not all(cm.get(k) for k in ("configMapName", "configMapNamespace", "templatePath")):
             errors.add(f"{path}.configMap",
                        "configMapName, configMapNamespace and templatePath must be specified")
+    return spec, trial_params
+
+
+def _trial_parameters(errors: _Errors, trial_params: list[dict], names: set[str],
+                      used: set[str] | None) -> set[str] | None:
+    """The trialParameters' names, each checked (name and reference given, neither twice, the
+    reference a parameter, the name used in the template: `used`, unless it was not read);
+    None after a name the template does not use, where Katib's webhook stops."""
+    path = "spec.trialTemplate"
     declared: set[str] = set()
     refs: set[str] = set()
-    body, where = spec, f"{path}.trialSpec"
-    if spec is None and config_map is not None:  # as Katib's webhook reads it from the cluster
-        body, where = config_map.trial_spec, f"{path}.configMap: {config_map.where}"
-    used = template_references(body) if body is not None else None
     for i, tp in enumerate(trial_params):
         tpath = f"{path}.trialParameters[{i}]"
         tname = errors.text(f"{tpath}.name", tp.get("name"))
@@ -594,15 +640,16 @@ def _trial_template(errors: _Errors, tt: dict, names: set[str],
         if used is not None and tname not in used:
             errors.add(f"{tpath}.name", f"parameter name: {tname} in spec.trialParameters not "
                        f"found in spec.trialTemplate (as ${{trialParameters.{tname}}})")
-            return
-    if body is None:  # a ConfigMap template not read here: Katib reads it on the cluster
-        return
-    for undeclared in sorted(used - declared):
-        errors.add(where, f"parameters: ${{trialParameters.{undeclared}}} in "
-                   "spec.trialTemplate not found in spec.trialParameters")
+            return None
+    return declared
+
+
+def _template_body(errors: _Errors, body: dict, where: str, inline: bool) -> None:
+    """The template itself: no name or namespace of its own, an apiVersion and kind, and a
+    batch/v1 Job only with fields a Job has."""
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     if meta.get("name") or meta.get("namespace"):
-        errors.add(f"{where}.metadata" if spec is not None else where,
+        errors.add(f"{where}.metadata" if inline else where,
                    "metadata.name and metadata.namespace in spec.trialTemplate must be omitted")
     if not body.get("apiVersion") or not body.get("kind"):
         errors.add(where, "APIVersion and Kind in spec.trialTemplate must be specified")

@@ -1,7 +1,7 @@
 """From a trialTemplate and an assignment to the command a local trial runs.
 
 `render_trial_spec` substitutes `${trialParameters.*}` (parameter values and Katib's metadata
-references such as `${trialSpec.Name}`). `local_command` takes the primary container's
+references such as `${trialSpec.Name}`). `local_command_parts` takes the primary container's
 command + args; an MPIJob launcher's `mpirun -np N ... python ...` becomes
 `horovodrun -np N -H localhost:N --gloo TRAINER_PYTHON ...` (the trainer environment plays the
 training image), and paths under the pod's volumeMounts are mapped to local folders.
@@ -424,13 +424,6 @@ def split_mpirun(argv: list[str], where: str) -> tuple[int, list[str]]:
     return np_, argv[i:]
 
 
-def local_command(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
-                  trial_args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The argv and extra environment a local trial runs for this rendered trialSpec."""
-    argv, env, _ = local_command_parts(exp, spec, volumes, default_root, trial_args)
-    return argv, env
-
-
 def mount_maps(exp: Experiment, spec: dict, volumes: dict[str, Path], default_root: Path,
                create: bool = True) -> PathMaps:
     """The trial's volume mounts as path maps (volume_mounts): each mountPath and what lies
@@ -443,7 +436,8 @@ def mount_maps(exp: Experiment, spec: dict, volumes: dict[str, Path], default_ro
 def local_command_parts(exp: Experiment, spec: dict, volumes: dict[str, Path],
                         default_root: Path, trial_args: list[str], create: bool = True,
                         map_mounts: bool = True) -> tuple[list[str], dict[str, str], int]:
-    """local_command, and how many leading words of the argv are chexflow's local stand-ins
+    """The argv and extra environment a local trial runs for this rendered trialSpec, and how
+    many leading words of the argv are chexflow's local stand-ins
     (horovodrun and its options, the trainer's python): `katib_wrap` quotes those only.
     `create`: make the default folders of volumes not given (not for a dry run); `map_mounts`
     False leaves the volumes' paths as in the container (to map them in the wrapped line)."""

@@ -353,7 +353,7 @@ class LocalRunner:
                 self._not_started(rec, shown, f"cannot execute {e.filename or cmd[0]}: "
                                   f"{e.strerror or e}", log)
             return
-        rec.status, rec.started, rec.pgid = "Running", now(), proc.pid
+        rec.status, rec.started = "Running", now()
         rec.command = [shown]
         rec.logs = {}
         rule = StopRule(**rec.rule) if rec.rule else None
@@ -490,7 +490,7 @@ class LocalRunner:
         if run.deadline_timer is not None:
             run.deadline_timer.cancel()
         rec = run.rec
-        rec.exit_code, rec.finished, rec.pgid = code, now(), None
+        rec.exit_code, rec.finished = code, now()
         if run.deadline_exceeded:
             rec.status, rec.reason, rec.message = "Failed", DEADLINE_REASON, DEADLINE_MESSAGE
         elif run.stop_requested:
@@ -566,7 +566,7 @@ class LocalRunner:
                     rec.restarts += 1
                     self.echo(f"trial {rec.name} was interrupted; running it again"
                               + (f" (stopped {killed} leftover processes)" if killed else ""))
-                rec.status, rec.logs, rec.pgid = "Created", {}, None
+                rec.status, rec.logs = "Created", {}
         self._save()
 
     def run(self) -> dict:
@@ -603,7 +603,7 @@ class LocalRunner:
         self._save()
         return st.finished_condition
 
-    def _sigterm(self, signum, frame) -> None:
+    def _sigterm(self, signum, _frame) -> None:
         raise SweepInterrupted(f"terminated; resume with the same command (state: "
                                f"{self.state.directory})")
 
@@ -680,7 +680,7 @@ class LocalRunner:
                 run.deadline_timer.cancel()
             if final:
                 rec = run.rec
-                rec.status, rec.finished, rec.pgid = "Killed", now(), None
+                rec.status, rec.finished = "Killed", now()
                 rec.message = "the experiment ended while the trial was running"
                 rec.exit_code = run.proc.returncode
         if final:

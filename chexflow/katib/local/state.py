@@ -50,7 +50,6 @@ class TrialRecord:
     message: str = ""
     reason: str = ""  # Katib's condition reason where chexflow knows it (a job's deadline)
     restarts: int = 0
-    pgid: int | None = None
     rule: dict | None = None
     optuna_attrs: dict[str, Any] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)

@@ -120,7 +120,7 @@ def experiment(msg: Any) -> Experiment:
         parallel_trial_count=spec.parallel_trial_count or 3,
         max_trial_count=spec.max_trial_count or None, max_failed_trial_count=None,
         parameters=parse_parameters(items, source=f"experiment {msg.name}"),
-        trial_template={}, collector=Collector(), resume_policy="Never", raw={})
+        trial_template={}, collector=Collector(), raw={})
 
 
 class SuggestionService:
@@ -224,8 +224,7 @@ class EarlyStoppingService:
             algorithm="", algorithm_settings={}, early_stopping=es.algorithm_name,
             early_stopping_settings={s.name: s.value for s in es.algorithm_settings},
             parallel_trial_count=1, max_trial_count=None, max_failed_trial_count=None,
-            parameters=[], trial_template={}, collector=Collector(), resume_policy="Never",
-            raw={})
+            parameters=[], trial_template={}, collector=Collector(), raw={})
         problems = validate_early_stopping(exp)
         if problems:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,

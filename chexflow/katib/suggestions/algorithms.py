@@ -51,7 +51,6 @@ def served_on_dev_cluster(by: str) -> tuple[str, ...]:
     return tuple(a.name for a in ALGORITHMS.values() if a.dev_cluster == by)
 
 # Derived from the table: what runs here, what only on a cluster, each one's service and library.
-LOCAL_ALGORITHMS = tuple(a.name for a in ALGORITHMS.values() if a.suggester)
 CLUSTER_ONLY = tuple(a.name for a in ALGORITHMS.values() if not a.suggester)
 SERVICE = {a.name: a.service for a in ALGORITHMS.values()}
 LIBRARY = {a.name: a.library for a in ALGORITHMS.values() if a.library}

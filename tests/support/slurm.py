@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from chexflow.ports import free_ports
+from chexflow.ports import free_port
 from chexflow.slurm.jobs import SlurmError
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -66,7 +66,8 @@ class LocalSlurm:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
             key.chmod(0o400)
-        ctld_port, slurmd_port = free_ports(2)
+        ctld_port = free_port()
+        slurmd_port = free_port([ctld_port])
         gres = ""
         if self.gpus:
             for i in range(self.gpus):
@@ -78,7 +79,7 @@ class LocalSlurm:
             )
             gres = f" Gres=gpu:{self.gpus}"
         self.conf.write_text("\n".join([
-            "# A single-node Slurm written by chexflow.slurm.single_node",
+            "# A single-node Slurm written by chexflow's tests (tests/support/slurm.py)",
             "ClusterName=chexflow-local",
             f"SlurmctldHost={self.host}(127.0.0.1)",
             f"SlurmctldPort={ctld_port}",
