@@ -265,3 +265,87 @@ def test_architecture_names_every_top_level_folder_and_each_one_exists():
     assert named == folders, (
         f"top-level folders not in ARCHITECTURE.md's table: {sorted(folders - named)}; "
         f"in the table but not in the repository: {sorted(named - folders)}")
+
+
+# ---- private names -----------------------------------------------------------------------------
+# A name with one leading underscore is its module's own: another module (of chexflow or a
+# library) uses only public names. Read from the source with `ast`:
+# - `from M import _x`;
+# - `obj._x` where `_x` is not defined in the module itself (a function, class, assignment,
+#   attribute set or parameter of that name) and obj is not `self` or `cls` (a class may use
+#   what its base classes give it): an imported module's `M._x`, another object's attribute,
+#   a library's.
+# Type annotations are left out: they name a type, nothing runs them (`from __future__ import
+# annotations`), and argparse, for one, has no public name for its subparsers' type.
+# A library's internals that have no public equivalent, each with why it is read:
+LIBRARY_INTERNALS = {
+    # tf-keras's legacy optimizers create their slots only inside apply_gradients or here; a
+    # checkpoint restore and Horovod's broadcast need them before the first step
+    "chexflow/train/recipe.py": ("optimizer._create_all_weights",),
+    # optuna's GridSampler keeps its shuffled grid (which numbers each combination) only here;
+    # a trial recorded without its grid id gets it from there
+    "chexflow/katib/suggestions/optuna.py": ("sampler._param_names", "sampler._all_grids",
+                                             "sampler._search_space"),
+}
+
+
+def _names_defined(tree: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            out.add(node.id if isinstance(node, ast.Name) else node.attr)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+    return out
+
+
+def _annotations(tree: ast.AST) -> set[int]:
+    """The ids of every node inside a type annotation."""
+    roots = [n.annotation for n in ast.walk(tree)
+             if isinstance(n, (ast.arg, ast.AnnAssign)) and n.annotation is not None]
+    roots += [n.returns for n in ast.walk(tree)
+              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns]
+    return {id(node) for root in roots for node in ast.walk(root)}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reaches(source: str, where: str = "<module>") -> list[str]:
+    """Where `source` uses another module's private name: `where:LINE: what`."""
+    tree = ast.parse(source)
+    own, hints = _names_defined(tree), _annotations(tree)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, f"from {node.module} import {a.name}")
+                      for a in node.names if _private(a.name)]
+        elif (isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own
+              and id(node) not in hints
+              and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))):
+            found.append((node.lineno, ast.unparse(node)))
+    return [f"{where}:{line}: {what}" for line, what in sorted(found)]
+
+
+def test_the_private_name_finder_finds_imports_module_and_object_reaches():
+    source = ("import argparse\nimport render\nfrom certs import _signed_cert\n"
+              "def f(p: argparse._SubParsersAction, sampler, other) -> None:\n"
+              "    render._env(1)\n    sampler._all_grids\n    other._mine\n"
+              "class C:\n    def g(self):\n        self._mine = 1\n        self._base()\n")
+    assert private_reaches(source, "m.py") == [
+        "m.py:3: from certs import _signed_cert", "m.py:5: render._env",
+        "m.py:6: sampler._all_grids"]
+
+
+def test_no_module_uses_another_modules_private_names():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(ROOT))
+        allowed = LIBRARY_INTERNALS.get(where, ())
+        found += [hit for hit in private_reaches(path.read_text(), where)
+                  if hit.split(": ", 1)[1] not in allowed]
+    assert not found, "private names used from another module (make them public where " \
+                      "they are shared, or move them): " + "; ".join(found)

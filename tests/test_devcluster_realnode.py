@@ -95,12 +95,12 @@ def test_an_extra_real_node_has_names_of_its_own_and_the_extra_taint(tmp_path):
     assert keys == ["chexflow.io/real-node", "chexflow.io/extra-real-node"]
 
 
-def test_peer_routes_send_the_other_nodes_pod_subnets_through_the_node(tmp_path):
+def test_routes_send_the_service_range_and_other_nodes_pod_subnets_through_the_node(tmp_path):
     node = realnode.RealNode(tmp_path, 1)
     node.dir.mkdir(parents=True)
     node.address_file.write_text(json.dumps({"node_ip": "198.18.7.1", "pod_cidr": "198.18.7.0/24",
-                                             "routes": ["198.19.0.0/16"]}))
-    node.route_peers(["198.18.3.0/24", "198.18.7.0/24"])
+                                             "routes": []}))
+    node.set_routes(["198.19.0.0/16", "198.18.3.0/24", "198.18.7.0/24", "198.18.3.0/24"])
     conf = json.loads((node.dir / "cni" / "10-chexflow.conflist").read_text())
     ipam = conf["plugins"][0]["ipam"]
     assert ipam["routes"] == [{"dst": "198.19.0.0/16", "gw": "198.18.7.1"},

@@ -1,6 +1,7 @@
-"""supervise.py on real processes (no Kubernetes): a recorded component that exits is started
-again with its exe, arguments and environment, counted and logged; nothing is restarted once a
-stop has begun; the stop finds the restarted process through cluster.json."""
+"""The cluster's Supervisor and watcher on real processes (no Kubernetes): a recorded component
+that exits is started again with its exe, arguments and environment, counted and logged;
+nothing is restarted once a stop has begun; the stop finds the restarted process through
+cluster.json."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import subprocess
 import time
 from pathlib import Path
 
-from chexflow.devcluster import supervise
-from chexflow.devcluster.controlplane import (
+from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.supervisor import (
     COMPONENT_MARK,
-    LocalCluster,
-    _alive,
+    STOPPING_FILE,
     process_alive,
+    runs,
+    start_watcher,
 )
 
 SLEEP = "/bin/sleep"
@@ -25,8 +27,8 @@ def _cluster(tmp_path: Path) -> LocalCluster:
     cluster = LocalCluster(tmp_path / "c", nodes=1, die_with_parent=True)
     cluster.ports = {"apiserver": 1}  # save() records the server address
     cluster.log_dir.mkdir(parents=True, exist_ok=True)
-    cluster._spawn("kube-scheduler", ["300"], exe=SLEEP, env={"CHEXFLOW_PROBE": "1"})
-    cluster._spawn("etcd", ["301"], exe=SLEEP)
+    cluster.spawn("etcd", ["301"], exe=SLEEP)
+    cluster.spawn("kube-scheduler", ["300"], exe=SLEEP, env={"CHEXFLOW_PROBE": "1"})
     return cluster
 
 
@@ -34,8 +36,8 @@ def _kill(cluster: LocalCluster, name: str) -> int:
     pid = cluster.processes[name]["pid"]
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while _alive(pid, cluster.processes[name]["exe"]) and time.monotonic() < deadline:
-        cluster._reap(pid)
+    while runs(pid, cluster.processes[name]["exe"]) and time.monotonic() < deadline:
+        cluster.supervisor.reap(pid)
         time.sleep(0.05)
     return pid
 
@@ -45,18 +47,18 @@ def test_exited_components_restart_in_start_order_with_their_args_env_and_a_coun
     try:
         old = {n: _kill(cluster, n) for n in ("kube-scheduler", "etcd")}
         attached = LocalCluster.attach(cluster.state_dir)  # as the supervisor process sees it
-        assert supervise.dead(attached) == ["etcd", "kube-scheduler"]
-        assert supervise.restart_dead(attached) == ["etcd", "kube-scheduler"]
+        assert attached.supervisor.dead() == ["etcd", "kube-scheduler"]
+        assert attached.supervisor.restart_dead() == ["etcd", "kube-scheduler"]
         cluster.check()  # reads the new process ids from cluster.json: nothing is down
         for name, args in (("etcd", ["301"]), ("kube-scheduler", ["300"])):
             proc = cluster.processes[name]
-            assert proc["pid"] != old[name] and _alive(proc["pid"], proc["exe"])
+            assert proc["pid"] != old[name] and runs(proc["pid"], proc["exe"])
             assert proc["args"] == args and proc["restarts"] == 1
             log = (cluster.log_dir / f"{name}.log").read_text()
             assert f"{name} (pid {old[name]}) exited; restart 1 ---" in log
         env = (Path("/proc") / str(cluster.processes["kube-scheduler"]["pid"]) / "environ")
         assert b"CHEXFLOW_PROBE=1" in env.read_bytes().split(b"\0")
-        assert supervise.restart_dead(LocalCluster.attach(cluster.state_dir)) == []
+        assert LocalCluster.attach(cluster.state_dir).supervisor.restart_dead() == []
     finally:
         cluster.stop(grace=2)
     assert not cluster.running()
@@ -66,20 +68,20 @@ def test_nothing_is_restarted_once_a_stop_has_marked_the_folder(tmp_path):
     cluster = _cluster(tmp_path)
     try:
         _kill(cluster, "etcd")
-        (cluster.state_dir / supervise.STOPPING_FILE).touch()
-        assert supervise.restart_dead(LocalCluster.attach(cluster.state_dir)) == []
+        (cluster.state_dir / STOPPING_FILE).touch()
+        assert LocalCluster.attach(cluster.state_dir).supervisor.restart_dead() == []
     finally:
         cluster.stop(grace=2)
-    assert not (cluster.state_dir / supervise.STOPPING_FILE).exists()
+    assert not (cluster.state_dir / STOPPING_FILE).exists()
     assert not (cluster.state_dir / "cluster.json").exists()
 
 
 def _ready_cluster(tmp_path: Path) -> LocalCluster:
     """Every component a one-node kwok cluster runs, as sleeping processes, and ready."""
     cluster = _cluster(tmp_path)
-    for i, name in enumerate(cluster.expected_components()):
+    for i, name in enumerate(cluster.components()):
         if name not in cluster.processes:
-            cluster._spawn(name, [str(310 + i)], exe=SLEEP)
+            cluster.spawn(name, [str(310 + i)], exe=SLEEP)
     cluster.ready = True
     cluster.save()
     return cluster
@@ -135,7 +137,7 @@ def test_a_start_whose_starter_is_killed_before_ready_is_stopped_by_its_watcher(
     cluster.save()
     unrecorded = subprocess.Popen([SLEEP, "302"], env={
         **os.environ, COMPONENT_MARK: str(cluster.state_dir)})
-    cluster._start_reaper(supervise=True, parent=starter.pid, until_ready=True)
+    start_watcher(cluster.state_dir, parent=starter.pid, supervise=True, until_ready=True)
     pids = [p["pid"] for p in cluster.processes.values()] + [unrecorded.pid]
     try:
         starter.kill()
@@ -153,7 +155,7 @@ def test_once_ready_a_detached_cluster_outlives_its_starter_and_stays_supervised
     starter = _starter()
     cluster.starter = starter.pid
     cluster.save()
-    cluster._start_reaper(supervise=True, parent=starter.pid, until_ready=True)
+    start_watcher(cluster.state_dir, parent=starter.pid, supervise=True, until_ready=True)
     try:
         starter.kill()
         starter.wait()
@@ -161,7 +163,7 @@ def test_once_ready_a_detached_cluster_outlives_its_starter_and_stays_supervised
         old = _kill(cluster, "etcd")
         _wait("etcd restarted", lambda: LocalCluster.attach(cluster.state_dir)
               .processes["etcd"]["pid"] != old)
-        assert cluster.running() and not supervise.dead(cluster)
+        assert cluster.running() and not cluster.supervisor.dead()
     finally:
         cluster.stop(grace=2)
 
@@ -173,11 +175,11 @@ def test_a_stop_leaves_a_later_start_in_the_same_folder_alone(tmp_path):
     stale = LocalCluster.attach(cluster.state_dir)
     cluster.stop(grace=2)
     again = _cluster(tmp_path)
-    again.run_id = "later"
+    again.supervisor.run_id = "later"
     again.save()
     try:
         stale.stop(grace=2)
-        assert again.running() and not supervise.dead(again)
+        assert again.running() and not again.supervisor.dead()
     finally:
         again.stop(grace=2)
     assert not again.running()

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from chexflow.devcluster import trainer
+from chexflow.devcluster.binaries import required_version
 
 
 def test_cache_key_is_the_one_build_sh_computes(tmp_path, monkeypatch):
@@ -25,7 +26,8 @@ def test_cache_key_is_the_one_build_sh_computes(tmp_path, monkeypatch):
                               "HOME": str(tmp_path)}).stdout.strip()
     assert out == str(trainer.cache_dir())
     assert trainer.cache_dir().name.startswith("trainer-v2.2.0-")
-    assert trainer.module_version(trainer.JOBSET_MODULE) == "v0.11.1"
+    assert required_version(trainer.TRAINER_DIR / "jobset" / "go.mod",
+                            "sigs.k8s.io/jobset") == "v0.11.1"
 
 
 def test_configurations_keep_every_server_on_loopback_without_leader_election():

@@ -3,13 +3,11 @@ a file, a read-only file system) is one line, checked before anything starts."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from tests.conftest import CHEXFLOW
+from tests.support.folders import read_only_folder
 
 
 def _up(state: Path) -> subprocess.CompletedProcess:
@@ -37,21 +35,8 @@ def test_a_file_where_the_state_folder_goes_is_one_line(tmp_path):
 
 
 def test_a_read_only_state_folder_is_one_line_and_nothing_is_written(tmp_path):
-    # as root, permission bits stop nothing: a read-only bind mount; else mode 555
-    shared = Path(tempfile.mkdtemp(prefix="chexflow-readonly-"))
-    readonly = shared / "cluster"
-    readonly.mkdir(mode=0o555)
-    as_root = os.geteuid() == 0
-    try:
-        if as_root:
-            subprocess.run(["mount", "--bind", readonly, readonly], check=True)
-            subprocess.run(["mount", "-o", "remount,ro,bind", readonly], check=True)
-        reason = "Read-only file system (EROFS)" if as_root else "Permission denied (EACCES)"
+    with read_only_folder() as (readonly, reason):
         assert _one_line(_up(readonly)) == (
             f"chexflow cluster: error: --dir {readonly}: cannot write there ({reason}); choose "
             f"a folder you can write")
         assert list(readonly.iterdir()) == []
-    finally:
-        if as_root:
-            subprocess.run(["umount", readonly], check=False)
-        shutil.rmtree(shared)

@@ -249,7 +249,7 @@ def test_a_restarted_launcher_attempt_is_reported_once_with_its_previous_log():
     assert out.getvalue().count(line) == 1
     logs = [r for r in fake.requests if r.path.endswith("/log")]
     assert len(logs) == 1 and logs[0].query["previous"] is True
-    assert "Connection refused" in list(b._failed_attempts.values())[0]
+    assert "Connection refused" in list(b.failed_attempts.values())[0]
 
 
 def waiting_pod(reason: str, message: str) -> dict:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from hypothesis import strategies as st
 from chexflow.envs import REPO_ROOT
 from tests.conftest import CHEXFLOW, read_json, run_chexflow
 from tests.katib_configmap_specs import configmap_spec
+from tests.support.folders import read_only_folder as read_only
 
 ONCE = "(YAML allows a key once; kubectl apply -f would silently keep the last: keep one)"
 SPECS = REPO_ROOT / "katib" / "specs"
@@ -87,21 +86,9 @@ def trials(state: Path) -> list[dict]:
 
 @pytest.fixture
 def read_only_folder() -> Iterator[Path]:
-    """An empty folder nothing can be written in: as root (whom permission bits do not stop)
-    a read-only bind mount, else mode 555."""
-    shared = Path(tempfile.mkdtemp(prefix="chexflow-readonly-"))
-    folder = shared / "ro"
-    folder.mkdir(mode=0o555)
-    as_root = os.geteuid() == 0
-    if as_root:
-        subprocess.run(["mount", "--bind", folder, folder], check=True)
-        subprocess.run(["mount", "-o", "remount,ro,bind", folder], check=True)
-    try:
+    """An empty folder nothing can be written in (tests.support.folders)."""
+    with read_only() as (folder, _):
         yield folder
-    finally:
-        if as_root:
-            subprocess.run(["umount", folder], check=False)
-        shutil.rmtree(shared)
 
 
 # ---- 1. every flag is checked before a trial starts ----------------------------------------

@@ -4,17 +4,15 @@ signature and the local run's settings give them, and options a pipeline lacks a
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from chexflow.pipelines.commands import NOT_RUN_OPTIONS, run_parameters
 from chexflow.pipelines.registry import PIPELINES_DIR_ENV, pipeline_parameters, pipelines_dir
 from tests.conftest import CHEXFLOW, run_chexflow
+from tests.support.folders import read_only_folder
 
 
 def test_every_pipeline_parameter_is_a_run_option_with_its_type():
@@ -143,27 +141,13 @@ def test_run_out_that_cannot_be_written_is_one_line_and_leaves_nothing(tmp_path)
     line = _one_line(run_chexflow("run", "--out", blocker / "runs", check=False))
     assert line == (f"chexflow run: error: --out {blocker / 'runs'}: cannot create it (Not a "
                     f"directory (ENOTDIR)); choose a folder you can write")
-    # a folder chexflow cannot write: as root, permission bits stop nothing (and the interpreter
-    # may live where another user cannot run it), so a read-only bind mount; else mode 555
-    shared = Path(tempfile.mkdtemp(prefix="chexflow-readonly-"))
-    readonly = shared / "runs"
-    readonly.mkdir(mode=0o555)
-    as_root = os.geteuid() == 0
-    try:
-        if as_root:
-            subprocess.run(["mount", "--bind", readonly, readonly], check=True)
-            subprocess.run(["mount", "-o", "remount,ro,bind", readonly], check=True)
-        reason = "Read-only file system (EROFS)" if as_root else "Permission denied (EACCES)"
+    with read_only_folder() as (readonly, reason):
         proc = subprocess.run([*CHEXFLOW, "run", "--out", readonly],
-                              capture_output=True, text=True, timeout=120, cwd=shared)
+                              capture_output=True, text=True, timeout=120, cwd=readonly.parent)
         assert _one_line(proc) == (
             f"chexflow run: error: --out {readonly}: cannot write there ({reason}); choose a "
             f"folder you can write"), proc.stderr
         assert list(readonly.iterdir()) == []
-    finally:
-        if as_root:
-            subprocess.run(["umount", readonly], check=False)
-        shutil.rmtree(shared)
 
 
 def test_run_defaults_naming_no_parameter_is_one_line(tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from chexflow.devcluster import trainer as devtrainer
+from chexflow.devcluster.binaries import required_version
 from chexflow.jobs import JobSpec, JobSpecError, Volume
 from chexflow.jobs import render as mpirender
 from chexflow.jobs.schema import validate_against_crd
@@ -37,7 +38,7 @@ def spec(**kw) -> JobSpec:
 def trainer_crd(name: str) -> Path:
     """A CRD of the Trainer release build/trainer/go.mod names, from its Go module (downloaded
     into the module cache when missing: seconds, no build)."""
-    version = devtrainer.module_version(devtrainer.TRAINER_MODULE)
+    version = required_version(devtrainer.TRAINER_DIR / "go.mod", devtrainer.TRAINER_MODULE)
     module = f"{devtrainer.TRAINER_MODULE}@{version}"
     proc = subprocess.run(["go", "mod", "download", "-json", module],
                           cwd=devtrainer.TRAINER_DIR, capture_output=True, text=True,

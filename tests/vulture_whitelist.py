@@ -54,11 +54,3 @@ _.OUTCOME_ENV
 _.admitted
 # the fault run's launcher log, kept with its rows (chexflow.bench.cluster_faults.FaultRun)
 _.launcher_log
-# called only by tests, left to the development cluster's refactor (issue 41, part 2):
-# LocalCluster.add_real_node, chexflow.devcluster.trainer.module_version
-_.add_real_node
-_.module_version
-# the local cluster's registry (chexflow.devcluster.registry), called only by tests until a
-# cluster add-on serves it (issue 39, after issue 41's add-ons): Registry and its configure
-_.Registry
-_.configure

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chexflow.bench.core import machine
+from chexflow.devcluster import addons
 from chexflow.devcluster import nodes as kwok_nodes
 from chexflow.devcluster.controlplane import LocalCluster
 
@@ -186,10 +187,10 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
 
 
 def policy_options(policy: str) -> dict:
-    """LocalCluster options for `policy` (the components it needs beside the default ones)."""
+    """LocalCluster options for `policy` (the add-on it needs beside the control plane)."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-    return {"default": {}, "coscheduling": {"coscheduling": True}, "kueue": {"kueue": True}}[policy]
+    return {"addons": addons.named([] if policy == "default" else [policy])}
 
 
 def submit(custom, objects: list[dict]) -> None:

@@ -248,7 +248,7 @@ def pods_run(target: Target, settings: Settings, index: int,
     except ChexflowError as e:
         pods.stop()
         attempts = "".join(f"\n--- attempt {key} ---\n{tail[-1500:]}"
-                           for key, tail in backend._failed_attempts.items())
+                           for key, tail in backend.failed_attempts.items())
         raise RealPodsError(f"{e}\n--- the job backend's log ---\n{stream.getvalue()[-3000:]}"
                             f"{attempts}") from None
     except BaseException:
@@ -294,8 +294,10 @@ def cluster(work: Path, kubeconfig: Path | None, katib: bool = False,
     """(API client, state folder, what it took): the running cluster of `kubeconfig` (with a
     real node, and Katib if `katib`, Trainer if `trainer`), else one started here (stopped
     afterwards)."""
+    from chexflow.devcluster import addons
     from chexflow.devcluster.controlplane import LocalCluster
 
+    wanted = ["real-node", *(["katib"] if katib else []), *(["trainer"] if trainer else [])]
     if kubeconfig is not None:
         state_dir = Path(kubeconfig).resolve().parent
         try:
@@ -305,8 +307,7 @@ def cluster(work: Path, kubeconfig: Path | None, katib: bool = False,
         flag, what = ("--katib", "Katib") if katib else ("--real-node", "a real node")
         if trainer:
             flag, what = f"{flag} --trainer", f"{what} and Trainer"
-        if running is None or not running.real_node or not running.running() or (
-                katib and not running.katib) or (trainer and not running.trainer):
+        if running is None or not running.running() or not all(map(running.has, wanted)):
             raise RealPodsError(f"--kubeconfig {kubeconfig}: not the kubeconfig of a running "
                                 f"`chexflow cluster up {flag}` (its cluster.json, beside it, "
                                 f"must record {what})")
@@ -314,8 +315,8 @@ def cluster(work: Path, kubeconfig: Path | None, katib: bool = False,
             "cluster": f"running, from {kubeconfig}"}
         return
     start = time.monotonic()
-    local = LocalCluster(work / "cluster", nodes=1, die_with_parent=True, real_node=True,
-                         katib=katib, trainer=trainer)
+    local = LocalCluster(work / "cluster", nodes=1, die_with_parent=True,
+                         addons=addons.named(wanted))
     local.start(timeout=600 if katib else 300)
     setup = {"cluster": "started by the bench",
              "cluster_start_s": round(time.monotonic() - start, 1)}

@@ -156,6 +156,21 @@ def server_cert(pki: PKI, stem: str, common_name: str, sans: str) -> tuple[Path,
         sans_file.write_text(sans)
     return crt, key
 
+
+def loopback_serving_cert(pki: PKI, name: str, folder: Path) -> Path:
+    """`folder`/tls.crt and tls.key for a server on 127.0.0.1 (a webhook the apiserver calls
+    there), signed by the cluster's CA; made once, returns `folder`."""
+    if not (folder / "tls.crt").exists():
+        _signed_cert(pki, name, f"/CN={name}",
+                     "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
+                     "keyEncipherment\nextendedKeyUsage=serverAuth\n"
+                     "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        folder.mkdir(parents=True, exist_ok=True)
+        (pki.dir / f"{name}.crt").rename(folder / "tls.crt")
+        (pki.dir / f"{name}.key").rename(folder / "tls.key")
+    return folder
+
+
 def write_kubeconfig(path: Path, server: str, pki: PKI, client: str,
                      context: str = "chexflow-local") -> Path:
     """A kubeconfig for `server` authenticating with the named client certificate."""

@@ -19,10 +19,15 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chexflow.devcluster import katib_images
 from chexflow.devcluster.images import DEFAULT_NAMES, IMAGE_NAMES, ImageBuildError
+
+if TYPE_CHECKING:
+    from chexflow.devcluster.addon import AddOn
 
 DEFAULT_DIR = Path(os.environ.get("CHEXFLOW_CLUSTER_DIR",
                                   Path.home() / ".cache" / "chexflow" / "cluster"))
@@ -46,29 +51,11 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     _dir_arg(up)
     up.add_argument("--nodes", type=int, default=4, help="kwok GPU nodes (default 4)")
     up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node")
-    up.add_argument("--real-node", action="store_true",
-                    help="also start a real node (containerd, kubelet, CoreDNS) that runs pods; "
-                         "needs root and the Debian packages of images/install-system.sh")
+    _addon_flags(up, lambda addon: addon.help)
     up.add_argument("--real-nodes", type=int, default=1, metavar="N",
                     help="with --real-node: N real nodes, each its own containerd, kubelet, "
                          "bridge and pod /24, routed to each other on the host (implies "
                          "--real-node; default 1)")
-    up.add_argument("--katib", action="store_true",
-                    help="also Katib v0.19.0 (controller, webhooks, db-manager, MySQL, goptuna "
-                         "suggestions) on the real node, with kube-proxy for its Services; "
-                         "implies --real-node; one such cluster per machine")
-    up.add_argument("--trainer", action="store_true",
-                    help="also Kubeflow Trainer v2 (TrainJob) and JobSet, built from their Go "
-                         "modules on first use (minutes); an option because the MPIJob path "
-                         "needs neither")
-    up.add_argument("--kueue", action="store_true",
-                    help="also Kueue (built from its Go module on first use: about 10 min) with "
-                         "ResourceFlavor kwok-gpu and ClusterQueue chexflow holding the kwok "
-                         "nodes' GPUs, CPU and memory; add a LocalQueue per namespace")
-    up.add_argument("--coscheduling", action="store_true",
-                    help="also scheduler-plugins' Coscheduling scheduler (built from its Go "
-                         "module on first use), and mpi-operator gang-schedules every MPIJob "
-                         "with it (PodGroups)")
     up.add_argument("--timeout", type=float, default=180, help="seconds to wait for readiness")
     up.add_argument("--foreground", action="store_true",
                     help="stay attached (restarting components that exit); Ctrl-C stops the "
@@ -92,16 +79,30 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     env.set_defaults(func=cmd_env)
 
     build = sub.add_parser("build", help="build (or locate) the binaries; prints their folder")
-    build.add_argument("--real-node", action="store_true",
-                       help="also the real node's (kubelet, CoreDNS, pause)")
-    build.add_argument("--trainer", action="store_true",
-                       help="also Trainer's controller manager and JobSet's controller")
-    build.add_argument("--kueue", action="store_true", help="also Kueue's manager")
-    build.add_argument("--coscheduling", action="store_true",
-                       help="also scheduler-plugins' Coscheduling scheduler")
-    build.add_argument("--registry", action="store_true",
-                       help="also distribution's OCI registry (devcluster/registry.py)")
+    _addon_flags(build, lambda addon: f"also what --{addon.name} runs")
     build.set_defaults(func=cmd_cluster_build)
+
+
+def _addon_flags(p: argparse.ArgumentParser, help_of: Callable[[type[AddOn]], str]) -> None:
+    """A --NAME flag for each add-on of the table (chexflow.devcluster.addons), its help
+    `help_of(add-on class)`."""
+    from chexflow.devcluster.addons import TABLE
+
+    for addon in TABLE.values():
+        p.add_argument(f"--{addon.name}", action="store_true", help=help_of(addon))
+
+
+def _asked(args: argparse.Namespace) -> list[AddOn]:
+    """The add-ons the --NAME flags ask for (--real-nodes N > 1 implies --real-node), with
+    what they require."""
+    from chexflow.devcluster.addons import TABLE, resolve
+    from chexflow.devcluster.realnode import RealNodes
+
+    asked: list[AddOn] = [cls() for cls in TABLE.values() if cls is not RealNodes
+                          and getattr(args, cls.name.replace("-", "_"))]
+    if args.real_node or args.real_nodes > 1:
+        asked.append(RealNodes(count=args.real_nodes))
+    return resolve(asked)
 
 
 def _dir_arg(p: argparse.ArgumentParser) -> None:
@@ -110,8 +111,8 @@ def _dir_arg(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from chexflow.devcluster import realnode, supervise
-    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster, check_state_dir
+    from chexflow.devcluster.controlplane import LocalCluster, check_state_dir
+    from chexflow.devcluster.supervisor import DevClusterError
 
     if args.nodes < 1 or args.gpus_per_node < 0 or args.real_nodes < 1:
         raise DevClusterError(f"--nodes and --real-nodes must be >= 1 and --gpus-per-node >= 0 "
@@ -122,20 +123,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     # --foreground: the cluster goes with this command, however it ends; detached: it outlives
     # the command once ready (a watcher stops it if the command dies before)
     cluster = LocalCluster(args.dir, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                           real_node=args.real_node, katib=args.katib,
-                           real_nodes=args.real_nodes, trainer=args.trainer, kueue=args.kueue,
-                           coscheduling=args.coscheduling, supervise=not args.foreground,
+                           addons=_asked(args), supervise=not args.foreground,
                            die_with_parent=args.foreground)
     resumed = not args.fresh and (args.dir / "etcd").is_dir()
     cluster.start(timeout=args.timeout, fresh=args.fresh)
     print(f"cluster up in {time.monotonic() - start:.1f} s: {cluster.server}, "
           f"{args.nodes} kwok nodes x {args.gpus_per_node} nvidia.com/gpu"
-          + (f", real node(s) {', '.join(n.name for n in realnode.all_nodes(cluster.state_dir))}"
-             if cluster.real_node else "")
-          + (", Katib in namespace kubeflow" if args.katib else "")
-          + (", Kubeflow Trainer v2 and JobSet" if args.trainer else "")
-          + (", Kueue (ClusterQueue chexflow)" if args.kueue else "")
-          + (", Coscheduling scheduler" if args.coscheduling else "")
+          + "".join(f", {addon.describe(cluster)}" for addon in cluster.addons)
           + (f"; resumed the objects in {args.dir / 'etcd'}" if resumed else ""),
           file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
@@ -147,7 +141,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         while True:
             time.sleep(1)
-            for name in supervise.restart_dead(cluster):
+            for name in cluster.supervisor.restart_dead():
                 print(f"{time.strftime('%H:%M:%S')} {name} exited: restarted (restart "
                       f"{cluster.processes[name]['restarts']}; see {cluster.log_dir}/{name}.log)",
                       file=sys.stderr)
@@ -162,7 +156,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _clean_unfinished_start(state_dir: Path) -> None:
     """Refuse while a cluster runs from `state_dir` or is being started; stop what a start that
     did not finish left (its `chexflow cluster up` was killed, and so was its watcher)."""
-    from chexflow.devcluster.controlplane import STATE_FILE, DevClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import LocalCluster
+    from chexflow.devcluster.supervisor import STATE_FILE, DevClusterError
 
     if not (state_dir / STATE_FILE).exists():
         return
@@ -193,23 +188,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     """Each component as asked of `cluster up` (running, DOWN, or never started), the
     supervisor, and whether the start finished; 1 when anything is missing, with how to
     recover."""
-    from chexflow.devcluster import supervise
     from chexflow.devcluster.controlplane import LocalCluster
+    from chexflow.devcluster.supervisor import STATE_FILE, watcher
 
-    if not (args.dir / "cluster.json").exists() and (args.dir / "etcd").is_dir():
+    if not (args.dir / STATE_FILE).exists() and (args.dir / "etcd").is_dir():
         print(f"no cluster runs from {args.dir}; its objects are kept (etcd): `chexflow cluster "
               f"up --dir {args.dir}` resumes it")
         return 1
     cluster = LocalCluster.attach(args.dir)
-    down = set(supervise.dead(cluster))
-    expected = cluster.expected_components()
-    missing = [n for n in expected if n not in cluster.processes]
-    keeper = supervise.supervisor(args.dir)
+    down = set(cluster.supervisor.dead())
+    missing = [n for n in cluster.components() if n not in cluster.processes]
+    keeper = watcher(args.dir)
     print(f"cluster in {args.dir}: {cluster.server}; supervised by "
           + (f"pid {keeper['pid']}" if keeper else
              "nobody: its supervisor is gone" if cluster.supervise and cluster.ready else
              "nobody (a `cluster up --foreground` restarts what exits while it runs)"))
-    for name in [*reversed(cluster._stop_order()), *missing]:
+    for name in [*cluster.processes, *missing]:
         state = ("NOT STARTED" if name in missing else "DOWN" if name in down
                  else f"running (pid {cluster.processes[name]['pid']})")
         restarts = cluster.processes.get(name, {}).get("restarts", 0)
@@ -246,7 +240,8 @@ def _status_verdict(cluster, down: list[str], missing: list[str], supervised: bo
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import LocalCluster
+    from chexflow.devcluster.supervisor import DevClusterError
 
     cluster = LocalCluster.attach(args.dir)
     if not cluster.running():
@@ -257,27 +252,14 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_build(args: argparse.Namespace) -> int:
-    from chexflow.devcluster.binaries import ensure_binaries, ensure_node_binaries
+    from chexflow.devcluster.addons import TABLE
+    from chexflow.devcluster.binaries import ensure_binaries
 
     print(ensure_binaries())
-    if args.real_node:
-        print(ensure_node_binaries())
-    if args.trainer:
-        from chexflow.devcluster import trainer
-
-        print(trainer.ensure_binaries())
-    if args.kueue:
-        from chexflow.devcluster import kueue
-
-        print(kueue.ensure_binaries())
-    if args.coscheduling:
-        from chexflow.devcluster import coscheduling
-
-        print(coscheduling.ensure_binaries())
-    if args.registry:
-        from chexflow.devcluster import registry
-
-        print(registry.ensure_binaries())
+    for addon in TABLE.values():
+        if getattr(args, addon.name.replace("-", "_")):
+            for built in addon().build():
+                print(built)
     return 0
 
 
@@ -391,15 +373,16 @@ def image_names(requested: list[str]) -> list[str]:
 
 
 def cmd_images_build(args: argparse.Namespace) -> int:
-    from chexflow.devcluster.controlplane import DevClusterError, LocalCluster
+    from chexflow.devcluster.controlplane import LocalCluster
     from chexflow.devcluster.images import build_image
     from chexflow.devcluster.realnode import all_nodes
+    from chexflow.devcluster.supervisor import DevClusterError
 
     names = image_names(args.names)
     node_list = []
     if args.load:
         cluster = LocalCluster.attach(args.dir)
-        if not cluster.real_node or not cluster.running():
+        if not cluster.has("real-node") or not cluster.running():
             raise DevClusterError(f"--load: no running cluster with a real node in {args.dir} "
                                "(start one: chexflow cluster up --real-node)")
         node_list = all_nodes(args.dir)

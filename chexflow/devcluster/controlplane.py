@@ -1,21 +1,20 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kwok (simulated GPU nodes) and mpi-operator, each a local process; with
-`real_node=True` also a real node (containerd, kubelet, CoreDNS: realnode.py) that runs pods,
-and with `katib=True` kube-proxy on it (ClusterIP Services: kubeproxy.py) and Katib v0.19.0
-(katib.py); with `kueue=True` Kueue's manager (kueue.py: MPIJob integration, a ClusterQueue over
-the kwok nodes' GPUs); with `coscheduling=True` scheduler-plugins' Coscheduling scheduler beside
-the default one, and mpi-operator making a PodGroup per MPIJob (coscheduling.py).
+kube-scheduler, kwok (simulated GPU nodes) and mpi-operator, each a local process run by one
+Supervisor (supervisor.py), with the add-ons asked beside it (addon.py says what one is,
+addons.TABLE lists them): real nodes that run pods (realnode.py), kube-proxy, Katib, Kueue,
+the Coscheduling scheduler, Kubeflow Trainer.
 
 With a real node the apiserver listens on and advertises the node's address (198.18.K.1, on
 the node's bridge) instead of 127.0.0.1: host clients reach it there, and pods reach it through
 the `kubernetes` Service, whose endpoint is that address.
 
-    with LocalCluster(state_dir) as cluster:      # or cluster.start() ... cluster.stop()
+    with LocalCluster(state_dir, addons=addons.named(["katib"])) as cluster:  # or start()/stop()
         api = cluster.api_client()                # kubernetes.client.ApiClient (admin)
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
 
-`state_dir` holds pki/, kubeconfigs, etcd data, logs/<component>.log and cluster.json (ports and
-process ids), so `chexflow cluster down` can stop a cluster another process started.
+`state_dir` holds pki/, kubeconfigs, etcd data, logs/<component>.log and cluster.json (what was
+asked, ports and process ids), so `chexflow cluster down` can stop a cluster another process
+started.
 """
 
 from __future__ import annotations
@@ -24,9 +23,7 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import ssl
-import subprocess
 import time
 import urllib.request
 import uuid
@@ -35,60 +32,38 @@ from importlib import resources
 from pathlib import Path
 
 from chexflow.data.faults import cause
-from chexflow.devcluster import (
-    binaries,
-    certs,
-    coscheduling,
-    crds,
-    katib,
-    kubeproxy,
-    kueue,
-    nodes,
-    realnode,
-    supervise,
+from chexflow.devcluster import addons as addon_table
+from chexflow.devcluster import binaries, certs, crds, nodes
+from chexflow.devcluster.addon import SERVICE_CIDR, AddOn
+from chexflow.devcluster.supervisor import (
+    STOPPING_FILE,
+    WATCHER_FILE,
+    DevClusterError,
+    Supervisor,
+    locked,
+    process_alive,
+    read_state,
+    runs,
+    start_watcher,
 )
-from chexflow.errors import ChexflowError
 from chexflow.kube import client_from_kubeconfig
 from chexflow.ports import free_port, port_free
-from chexflow.processes import die_with_parent, stop_marked
 
-STATE_FILE = "cluster.json"
 PORTS_FILE = "ports.json"  # kept after a stop: a resumed cluster listens where it did
-START_ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-               "coscheduling-scheduler", "podgroup-controller", "mpi-operator", "kueue",
-               "containerd", "kubelet", "coredns", "kube-proxy")
-# RFC 2544 benchmarking addresses, never a private range: services here, pods in 198.18.0.0/16
-# (kwok nodes' pods in the upper half, the real node's in a /24 of the lower half).
-SERVICE_CIDR = "198.19.0.0/16"
+# the control plane's own ports; each add-on names its own (AddOn.ports)
+PORTS = ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok",
+         "mpi_health")
+# the control plane's processes, in start order
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+              "mpi-operator")
+# RFC 2544 benchmarking addresses, never a private range: services in SERVICE_CIDR, pods in
+# 198.18.0.0/16 (kwok nodes' pods in the upper half, the real nodes' in /24s of the lower half).
 KWOK_POD_CIDR = "198.18.128.0/17"
 KWOK_START_ATTEMPTS = 3
 KWOK_LEASE_PARALLELISM = 16
 MPI_OPERATOR_NAMESPACE = "mpi-operator"
 KWOK_POD_LOG = "kwok: simulated container on a kwok node (no process ran)\n"
-# in every component's environment (value: the state folder), so that a stop also finds a
-# process started a moment before its start was recorded (cluster.json)
-COMPONENT_MARK = "CHEXFLOW_DEVCLUSTER"
-
-
-class DevClusterError(ChexflowError):
-    """The local control plane failed to start, or is not running."""
-
-
-def _alive(pid: int, exe: str) -> bool:
-    """True when `pid` runs the binary `exe` (guards against a reused process id)."""
-    try:
-        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)") == exe
-    except OSError:
-        return False
-
-
-def process_alive(pid: int) -> bool:
-    """True when process `pid` exists and is not a zombie (killed, not yet reaped)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+LOOPBACK = "127.0.0.1"
 
 
 def check_state_dir(state_dir: Path) -> None:
@@ -119,51 +94,43 @@ def rss_mib(pid: int) -> dict[str, float]:
 
 @dataclass
 class LocalCluster:
-    """One control plane; `nodes` kwok nodes with `gpus_per_node` nvidia.com/gpu each."""
+    """One control plane; `nodes` kwok nodes with `gpus_per_node` nvidia.com/gpu each; the
+    `addons` asked (addons.resolve adds what they require)."""
 
     state_dir: Path
     nodes: int = 4
     gpus_per_node: int = 8
+    addons: list[AddOn] = field(default_factory=list)
     bin_dir: Path | None = None
     # True: the components get SIGTERM when the process that started them dies (Linux
     # PR_SET_PDEATHSIG), so a killed test run leaves nothing behind. `chexflow cluster up`
     # leaves it False: its cluster outlives the command.
     die_with_parent: bool = False
-    # A real node beside the kwok nodes (root, Debian's containerd/runc/CNI plugins), with
-    # these image archives (OCI or docker) loaded into its containerd.
-    real_node: bool = False
-    node_images: list[Path] = field(default_factory=list)
-    # with real_node: how many real nodes (each its own containerd, kubelet, bridge and /24)
-    real_nodes: int = 1
-    # kube-proxy on the real node and Katib in namespace kubeflow (implies real_node)
-    katib: bool = False
-    # Kubeflow Trainer v2 and JobSet (trainer.py; built from their Go modules on first use)
-    trainer: bool = False
     # the node lifecycle controller's grace before a silent node is NotReady (0: Kubernetes'
     # default); simulations of 1,000s of kwok nodes on a few cores set it longer
     node_monitor_grace_s: int = 0
-    # Kueue's manager with its webhooks, ResourceFlavor kwok-gpu and ClusterQueue chexflow
-    # (built from its Go module on first use)
-    kueue: bool = False
-    # scheduler-plugins' Coscheduling scheduler; mpi-operator gangs every MPIJob's pods with it
-    coscheduling: bool = False
-    # the address the apiserver listens on: the real node's when there is one
-    host: str = "127.0.0.1"
+    # the address the apiserver listens on: a real node's when there is one (its prepare)
+    host: str = LOOPBACK
     ports: dict[str, int] = field(default_factory=dict)
-    processes: dict[str, dict] = field(default_factory=dict)
-    # True: once started, a supervisor process (reaper --supervise) restarts components that
-    # exit (supervise.py); `chexflow cluster up` detached sets it, --foreground supervises itself
+    # True: once started, a watcher process restarts components that exit (supervisor.py);
+    # `chexflow cluster up` detached sets it, --foreground supervises itself
     supervise: bool = False
-    # set once start() has finished: a supervisor restarts nothing before
+    # set once start() has finished: a watcher restarts nothing before
     ready: bool = False
     # the process that starts it (cluster.json records it: a start that did not finish is told
-    # from one under way) and this start's own id (a stop leaves a later start's cluster alone)
+    # from one under way)
     starter: int = 0
-    run_id: str = ""
+    # this start began from an empty etcd (start(fresh=True)): add-ons drop what they kept
+    fresh: bool = False
+    supervisor: Supervisor = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
-        self.real_node = self.real_node or self.katib or self.real_nodes > 1
+        self.addons = addon_table.resolve(self.addons)
+        self.supervisor = Supervisor(self.state_dir, record=self.record,
+                                     env={"KUBECONFIG": str(self.kubeconfig)},
+                                     die_with_parent=self.die_with_parent)
+        self._kept_ports: dict[str, int] = {}
 
     # ---- paths -------------------------------------------------------------------------------
     @property
@@ -179,101 +146,96 @@ class LocalCluster:
     def log_dir(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def pki(self) -> certs.PKI:
+        return certs.PKI(self.state_dir / "pki")
+
+    @property
+    def processes(self) -> dict[str, dict]:
+        """The recorded processes (name -> pid, exe, args, ...), in start order."""
+        return self.supervisor.processes
+
+    # ---- add-ons -------------------------------------------------------------------------------
+    def has(self, name: str) -> bool:
+        """True when add-on `name` is one of this cluster's."""
+        return any(a.name == name for a in self.addons)
+
+    def addon(self, name: str) -> AddOn:
+        """This cluster's add-on `name`."""
+        for a in self.addons:
+            if a.name == name:
+                return a
+        raise DevClusterError(f"the cluster in {self.state_dir} has no {name} add-on "
+                              f"(it has: {', '.join(a.name for a in self.addons) or 'none'})")
+
+    def pod_routes(self) -> list[str]:
+        """What the add-ons route from the pods through their real node (AddOn.pod_routes)."""
+        return [r for a in self.addons for r in a.pod_routes]
+
+    def components(self) -> list[str]:
+        """The processes this cluster runs when it is up, as asked, in start order."""
+        return [*COMPONENTS, *(n for a in self.addons for n in a.components(self))]
+
+    def add(self, addon: AddOn, timeout: float = 120) -> None:
+        """Add `addon` to this running cluster (its requirements must be there): every phase of
+        it, then the others' `joined`. Its binaries are built first when missing (not counted
+        in `timeout`)."""
+        if self.has(addon.name):
+            raise DevClusterError(f"the cluster in {self.state_dir} has {addon.name} already")
+        missing = [n for n in addon.requires if not self.has(n)]
+        if missing:
+            raise DevClusterError(f"add-on {addon.name} needs {', '.join(missing)}: start the "
+                                  f"cluster with {' '.join('--' + n for n in missing)}")
+        addon.ensure(self)
+        deadline = time.monotonic() + timeout
+        self.supervisor.refresh()  # a watcher may have restarted some since: saved as they are
+        others = list(self.addons)
+        self.addons = addon_table.resolve([*others, addon])  # a stop now cleans it up too
+        for name in addon.ports:
+            self.new_port(name)
+        self.save()
+        addon.prepare(self)
+        for phase in (addon.install, addon.start, addon.ready):
+            phase(self, deadline)
+        for other in others:
+            other.joined(self, addon, deadline)
+
     # ---- lifecycle -----------------------------------------------------------------------------
     def start(self, timeout: float = 180, fresh: bool = False) -> LocalCluster:
-        """Start every component and wait until nodes are Ready and the default ServiceAccount
-        exists; on failure everything started is stopped and the error names the component.
+        """Start the control plane and the add-ons, phase by phase (addon.py), and wait until
+        the nodes are Ready and the default ServiceAccount exists; on failure everything started
+        is stopped and the error names the component.
 
         A state folder used before (stopped, or left by a crash) is resumed: etcd's data and the
         PKI are kept, so the objects are still there; `fresh` starts from an empty etcd."""
         check_state_dir(self.state_dir)
         if self.running():
             raise DevClusterError(f"a cluster is already running from {self.state_dir}: "
-                               f"run `chexflow cluster down --dir {self.state_dir}` first")
+                                  f"run `chexflow cluster down --dir {self.state_dir}` first")
         self.bin_dir = Path(self.bin_dir or binaries.ensure_binaries())
-        node_bin = katib_images = kueue_bin = cosched_bin = None
-        if self.real_node:
-            realnode.check_requirements()
-            node_bin = binaries.ensure_node_binaries()
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        if fresh:
-            for stale in ("etcd", "logs", "volumes"):  # volumes: hostPath data (katib-mysql)
-                shutil.rmtree(self.state_dir / stale, ignore_errors=True)
-        self.log_dir.mkdir(exist_ok=True)
-        old: dict[str, int] = {}
-        if not fresh:  # a resumed cluster keeps its ports where free: kubeconfigs stay valid
-            with contextlib.suppress(OSError, ValueError):
-                old = json.loads((self.state_dir / PORTS_FILE).read_text())
-        self.ports = {}
-        for k in ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok",
-                  "mpi_health", "kubelet", "kubelet_healthz", "coredns_health", "coredns_ready",
-                  "kube_proxy_healthz", "kube_proxy_metrics", "kueue_health", "kueue_metrics",
-                  "kueue_webhook", "coscheduling", "podgroup_metrics", "podgroup_health"):
-            keep = k in old and old[k] not in self.ports.values() and port_free(old[k])
-            self.ports[k] = old[k] if keep else free_port(self.ports.values())
-        self.processes = {}
-        self.ready = False
-        self.starter, self.run_id = os.getpid(), uuid.uuid4().hex
-        with supervise.locked(self.state_dir):  # after a stop under way, not during it
-            for stale in (supervise.STOPPING_FILE, supervise.SUPERVISOR_FILE):
+        self._reset(fresh)
+        with locked(self.state_dir):  # after a stop under way, not during it
+            for stale in (STOPPING_FILE, WATCHER_FILE):
                 (self.state_dir / stale).unlink(missing_ok=True)  # left by a crash
             self.save()  # what was asked, before anything runs: `cluster status` compares
         # A watcher stops whatever was started if this process dies before the cluster is
         # ready (SIGKILL included); a detached cluster's then goes on as its supervisor.
-        self._start_reaper(supervise=self.supervise, parent=os.getpid(),
-                           until_ready=not self.die_with_parent)
+        start_watcher(self.state_dir, parent=os.getpid(), supervise=self.supervise,
+                      until_ready=not self.die_with_parent)
         try:
-            if self.katib:  # before anything starts: refused at once when another cluster has it
-                kubeproxy.claim(self.state_dir, node_bin / "kube-proxy")
-                katib_images = katib.build_images()  # cached; not counted in `timeout`
-            if self.kueue:
-                kueue_bin = kueue.ensure_binaries()  # cached; not counted in `timeout`
-            if self.coscheduling:
-                cosched_bin = coscheduling.ensure_binaries()  # cached; not counted either
+            for addon in self.addons:  # cached builds, claims: not counted in `timeout`
+                addon.ensure(self)
             deadline = time.monotonic() + timeout
-            self.host = (self._prepare_real_node(keep_images=not fresh)["node_ip"] if node_bin
-                         else "127.0.0.1")
-            pki = certs.make_pki(self.state_dir, server_ips=(self.host,) if node_bin else ())
-            certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
-            for client in ("controller-manager", "scheduler"):
-                certs.write_kubeconfig(self.state_dir / f"{client}.kubeconfig", self.server, pki,
-                                       client)
-            self._spawn("etcd", self._etcd_args())
-            self._spawn("kube-apiserver", self._apiserver_args(pki))
-            self._wait_apiserver(deadline)
-            api = self.api_client()
-            crds.install_crds(api, timeout=max(5.0, deadline - time.monotonic()))
-            if cosched_bin:  # before mpi-operator, which looks for the PodGroup API
-                crds.install_crd_docs(api, coscheduling.crd_docs(cosched_bin),
-                                      timeout=max(5.0, deadline - time.monotonic()))
-            self._ensure_namespace(api, MPI_OPERATOR_NAMESPACE)
-            self._spawn("kube-controller-manager", self._controller_manager_args(pki))
-            self._spawn("kube-scheduler", self._scheduler_args())
-            self._spawn("kwok", self._kwok_args(pki))
-            if cosched_bin:
-                config = self.state_dir / "coscheduling-config.yaml"
-                config.write_text(json.dumps(coscheduling.scheduler_config(self.kubeconfig)))
-                self._spawn("coscheduling-scheduler",
-                            coscheduling.args(config, self.kubeconfig,
-                                              self.ports["coscheduling"]),
-                            exe=cosched_bin / coscheduling.EXE)
-                self._spawn("podgroup-controller", coscheduling.controller_args(self.ports),
-                            exe=cosched_bin / coscheduling.CONTROLLER)
-            self._spawn("mpi-operator", self._mpi_operator_args(),
-                        env={"MPI_OPERATOR_HEALTH_ADDR": f"127.0.0.1:{self.ports['mpi_health']}"})
-            names = nodes.create_gpu_nodes(api, self.nodes, self.gpus_per_node)
-            self._wait_kwok_nodes(api, names, deadline)
-            self._wait_default_service_account(api, deadline)
-            self._wait_http(f"http://127.0.0.1:{self.ports['mpi_health']}/healthz",
-                            "mpi-operator", deadline)
-            if kueue_bin:
-                self._start_kueue(kueue_bin, pki, deadline)
-            if node_bin:
-                self._start_real_node(node_bin, pki, deadline)
-            if katib_images:
-                katib.deploy(self, katib_images, timeout=max(5.0, deadline - time.monotonic()))
-            if self.trainer:
-                self.add_trainer(timeout=max(5.0, deadline - time.monotonic()))
+            for addon in self.addons:
+                addon.prepare(self)
+            self._start_apiserver(deadline)
+            for addon in self.addons:
+                addon.install(self, deadline)
+            self._start_controllers(deadline)
+            for addon in self.addons:
+                addon.start(self, deadline)
+            for addon in self.addons:
+                addon.ready(self, deadline)
             self.ready = True
             self.save()
         except BaseException:
@@ -281,98 +243,70 @@ class LocalCluster:
             raise
         return self
 
+    def _reset(self, fresh: bool) -> None:
+        """A new start's folders, ports (a resumed cluster keeps its own where free, so its
+        kubeconfigs stay valid), records and ids."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.fresh = fresh
+        if fresh:
+            for stale in ("etcd", "logs", "volumes"):  # volumes: add-ons' hostPath data
+                shutil.rmtree(self.state_dir / stale, ignore_errors=True)
+        self.log_dir.mkdir(exist_ok=True)
+        self._kept_ports = {}
+        if not fresh:
+            with contextlib.suppress(OSError, ValueError):
+                self._kept_ports = json.loads((self.state_dir / PORTS_FILE).read_text())
+        self.ports = {}
+        for name in (*PORTS, *(p for a in self.addons for p in a.ports)):
+            self.new_port(name)
+        self.host = LOOPBACK
+        self.ready = False
+        self.starter = os.getpid()
+        self.supervisor.processes = {}
+        self.supervisor.run_id = uuid.uuid4().hex
+
+    def new_port(self, name: str) -> int:
+        """A loopback port for `name` in `ports`: the one it had before this start when free."""
+        old = self._kept_ports.get(name)
+        keep = old is not None and old not in self.ports.values() and port_free(old)
+        self.ports[name] = old if keep else free_port(self.ports.values())
+        return self.ports[name]
+
     def stop(self, grace: float = 10) -> None:
         """Stop the components one by one in reverse start order (SIGTERM, then SIGKILL after
-        `grace` s): the apiserver exits in about a second while etcd is still there. The stop
-        holds the supervision lock throughout: a supervisor restarts nothing meanwhile, and two
-        stops (a watcher's and a `cluster up`'s) do not overlap. A later start's cluster in the
-        same folder is left alone."""
-        present = self.state_dir.is_dir()  # else removed under it: its processes still go
-        with supervise.locked(self.state_dir) if present else contextlib.nullcontext():
-            recorded = self._recorded_state()
-            if recorded is not None and recorded.get("run_id", "") != self.run_id:
-                return
-            if present:
-                (self.state_dir / supervise.STOPPING_FILE).touch()
-            if recorded is not None:
-                self.processes = recorded["processes"]
-            for name in self._stop_order():
-                self._stop_process(self.processes[name], grace)
-            for node in realnode.all_nodes(self.state_dir):
-                node.cleanup()
-            if self.katib:
-                kubeproxy.release(self.state_dir)
-            stop_marked(COMPONENT_MARK, str(self.state_dir), grace)  # started, not yet recorded
-            self.processes = {}
-            (self.state_dir / STATE_FILE).unlink(missing_ok=True)
-            (self.state_dir / supervise.STOPPING_FILE).unlink(missing_ok=True)
+        `grace` s): the apiserver exits in about a second while etcd is still there; then the
+        add-ons' cleanup, the last first. The stop holds the supervision lock throughout: a
+        watcher restarts nothing meanwhile, and two stops (a watcher's and a `cluster up`'s) do
+        not overlap. A later start's cluster in the same folder is left alone."""
+        def cleanup() -> None:
+            for addon in reversed(self.addons):
+                addon.stop(self)
 
-    def _stop_process(self, proc: dict, grace: float) -> None:
-        """SIGTERM, then SIGKILL after `grace` s, one recorded process."""
-        with contextlib.suppress(ProcessLookupError):
-            if not _alive(proc["pid"], proc["exe"]):
-                return
-            os.kill(proc["pid"], signal.SIGTERM)
-            end = time.monotonic() + grace
-            while _alive(proc["pid"], proc["exe"]):
-                if time.monotonic() > end:
-                    os.kill(proc["pid"], signal.SIGKILL)
-                    time.sleep(0.1)
-                    break
-                self._reap(proc["pid"])
-                time.sleep(0.05)
-        self._reap(proc["pid"])
+        self.supervisor.stop(grace, cleanup)
 
-    def _stop_order(self) -> list[str]:
-        """The recorded processes, the last in START_ORDER first; an extra real node's
-        (`kubelet-2`) beside its first node's; any other name before all of them."""
-        rank = {name: i for i, name in enumerate(START_ORDER)}
-
-        def key(name: str) -> int:
-            return rank.get(name, rank.get(name.rsplit("-", 1)[0], len(rank)))
-        return sorted(self.processes, key=key, reverse=True)
-
-    def expected_components(self) -> list[str]:
-        """The processes this cluster runs when it is up, as asked (--coscheduling, --kueue,
-        real nodes, --katib, --trainer), in start order."""
-        names = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"]
-        if self.coscheduling:
-            names += ["coscheduling-scheduler", "podgroup-controller"]
-        names.append("mpi-operator")
-        if self.kueue:
-            names.append("kueue")
-        if self.real_node:
-            names += ["containerd", "kubelet", "coredns"]
-            for node in range(1, self.real_nodes):
-                suffix = realnode.RealNode(self.state_dir, node).suffix
-                names += [f"containerd{suffix}", f"kubelet{suffix}"]
-        if self.katib:
-            names.append("kube-proxy")
-        if self.trainer:
-            names += ["jobset", "trainer"]
-        return names
+    def start_supervisor(self) -> int:
+        """Supervise this running cluster from now on (a watcher restarting the components that
+        exit); it watches no parent and ends when the cluster is stopped. Returns its pid."""
+        self.supervise = True
+        self.supervisor.refresh()
+        self.save()
+        return start_watcher(self.state_dir, parent=0, supervise=True)
 
     def starting(self) -> bool:
         """True while the process that starts this cluster is still at it (not ready yet)."""
         return not self.ready and bool(self.starter) and process_alive(self.starter)
 
-    def component_alive(self, name: str) -> bool:
-        """True when the recorded process of component `name` still runs."""
-        proc = self.processes[name]
-        return _alive(proc["pid"], proc["exe"])
-
     def running(self) -> bool:
         """True when any recorded component process is alive."""
-        self._refresh()
-        return any(_alive(p["pid"], p["exe"]) for p in self.processes.values())
+        return self.supervisor.any_alive()
 
     def check(self) -> None:
         """Raise DevClusterError naming any component that has exited."""
-        self._refresh()
-        dead = supervise.dead(self)
+        self.supervisor.refresh()
+        dead = self.supervisor.dead()
         if dead:
             raise DevClusterError(f"component(s) exited: {', '.join(dead)}; "
-                               f"see {self.log_dir}/<component>.log")
+                                  f"see {self.log_dir}/<component>.log")
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -381,64 +315,34 @@ class LocalCluster:
         self.stop()
 
     # ---- state file ----------------------------------------------------------------------------
+    def record(self) -> dict:
+        """What cluster.json records of this cluster beside its processes."""
+        return {"server": self.server, "kubeconfig": str(self.kubeconfig),
+                "bin_dir": str(self.bin_dir), "nodes": self.nodes,
+                "gpus_per_node": self.gpus_per_node, "addons": addon_table.records(self.addons),
+                "host": self.host, "ports": self.ports, "ready": self.ready,
+                "supervise": self.supervise, "starter": self.starter}
+
     def save(self) -> None:
-        state = {"server": self.server, "kubeconfig": str(self.kubeconfig),
-                 "bin_dir": str(self.bin_dir), "nodes": self.nodes,
-                 "gpus_per_node": self.gpus_per_node, "real_node": self.real_node,
-                 "real_nodes": self.real_nodes, "trainer": self.trainer, "katib": self.katib,
-                 "kueue": self.kueue, "coscheduling": self.coscheduling, "host": self.host,
-                 "ports": self.ports,
-                 "processes": self.processes, "ready": self.ready,
-                 "supervise": self.supervise, "starter": self.starter, "run_id": self.run_id}
-        tmp = self.state_dir / f".{STATE_FILE}.{os.getpid()}"  # readers never see half of it
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_dir / STATE_FILE)
+        self.supervisor.save()
         (self.state_dir / PORTS_FILE).write_text(json.dumps(self.ports))
-
-    def recorded(self) -> bool:
-        """True while cluster.json records this start of the cluster (not stopped since, nor
-        started again); the processes are read from it."""
-        state = self._recorded_state()
-        if state is None or state.get("run_id", "") != self.run_id:
-            return False
-        self.processes = state["processes"]
-        return True
-
-    def _recorded_state(self) -> dict | None:
-        """cluster.json as it is now, or None when there is none (stopped, or never started)."""
-        try:
-            return json.loads((self.state_dir / STATE_FILE).read_text())
-        except (OSError, ValueError):
-            return None
-
-    def _refresh(self) -> None:
-        """The processes as cluster.json records them now: a supervisor may have restarted
-        some (new process ids, restart counts) since this object last saw them."""
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            self.processes = json.loads((self.state_dir / STATE_FILE).read_text())["processes"]
-
-    def restart(self, name: str, reason: str = "exited") -> None:
-        """Start component `name` again with its recorded exe, args and env (supervise.py)."""
-        supervise.restart(self, name, reason)
 
     @classmethod
     def attach(cls, state_dir: Path) -> LocalCluster:
         """The cluster recorded in state_dir/cluster.json (started by another process)."""
-        path = Path(state_dir) / STATE_FILE
-        if not path.exists():
-            raise DevClusterError(f"{path}: no cluster recorded here "
-                                  "(start one: chexflow cluster up)")
-        state = json.loads(path.read_text())
-        return cls(state_dir=Path(state_dir), nodes=state["nodes"],
-                   gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
-                   real_node=state.get("real_node", False), katib=state.get("katib", False),
-                   real_nodes=state.get("real_nodes", 1), trainer=state.get("trainer", False),
-                   kueue=state.get("kueue", False),
-                   coscheduling=state.get("coscheduling", False),
-                   host=state.get("host", "127.0.0.1"), ports=state["ports"],
-                   processes=state["processes"], ready=state.get("ready", True),
-                   supervise=state.get("supervise", False), starter=state.get("starter", 0),
-                   run_id=state.get("run_id", ""))
+        state = read_state(state_dir)
+        if state is None:
+            raise DevClusterError(f"{Path(state_dir) / 'cluster.json'}: no cluster recorded "
+                                  "here (start one: chexflow cluster up)")
+        cluster = cls(state_dir=Path(state_dir), nodes=state["nodes"],
+                      gpus_per_node=state["gpus_per_node"], bin_dir=Path(state["bin_dir"]),
+                      addons=addon_table.from_records(state.get("addons", [])),
+                      host=state.get("host", LOOPBACK), ports=state["ports"],
+                      ready=state.get("ready", True), supervise=state.get("supervise", False),
+                      starter=state.get("starter", 0))
+        cluster.supervisor.processes = state["processes"]
+        cluster.supervisor.run_id = state.get("run_id", "")
+        return cluster
 
     # ---- clients -------------------------------------------------------------------------------
     def api_client(self):
@@ -450,26 +354,47 @@ class LocalCluster:
         return rss_mib(self.processes[component]["pid"])
 
     # ---- components ----------------------------------------------------------------------------
-    def _spawn(self, name: str, args: list[str], env: dict | None = None,
-               exe: Path | str | None = None) -> None:
-        exe = str(exe or self.bin_dir / name)
-        log = self.log_dir / f"{name}.log"
-        self._refresh()
-        with open(log, "ab") as out:
-            proc = subprocess.Popen([exe, *args], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True,
-                                    # its own kubeconfig: mpi-operator lets KUBECONFIG
-                                    # override --kubeConfig (a caller's may name another cluster)
-                                    env={**os.environ, "KUBECONFIG": str(self.kubeconfig),
-                                         COMPONENT_MARK: str(self.state_dir), **(env or {})},
-                                    preexec_fn=die_with_parent() if self.die_with_parent else None)
-        self.processes[name] = {"pid": proc.pid, "exe": os.path.realpath(exe), "log": str(log),
-                                "args": args, **({"env": env} if env else {})}
-        self.save()
+    def spawn(self, name: str, args: list[str], exe: Path | str | None = None,
+              env: dict[str, str] | None = None) -> None:
+        """Start component `name` (`exe`, default the control plane's binary of that name) under
+        the supervisor, with the arguments add-ons add to it (AddOn.extra_args)."""
+        extra = [arg for a in self.addons for arg in a.extra_args.get(name, ())]
+        self.supervisor.spawn(name, exe or self.bin_dir / name, [*args, *extra], env=env)
 
-    def _reap(self, pid: int) -> None:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+    def restart(self, name: str, reason: str = "exited") -> None:
+        """Start component `name` again with its recorded exe, args and env."""
+        self.supervisor.restart(name, reason)
+
+    def _start_apiserver(self, deadline: float) -> None:
+        """The PKI and kubeconfigs, etcd and the apiserver; the control plane's CRDs and
+        namespace once it answers."""
+        pki = certs.make_pki(self.state_dir,
+                             server_ips=() if self.host == LOOPBACK else (self.host,))
+        certs.write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
+        for client in ("controller-manager", "scheduler"):
+            certs.write_kubeconfig(self.state_dir / f"{client}.kubeconfig", self.server, pki,
+                                   client)
+        self.spawn("etcd", self._etcd_args())
+        self.spawn("kube-apiserver", self._apiserver_args(pki))
+        self.wait_http(f"{self.server}/readyz", "kube-apiserver", deadline, self.ssl_context())
+        crds.install_crds(self.api_client(), timeout=max(5.0, deadline - time.monotonic()))
+        self.ensure_namespace(MPI_OPERATOR_NAMESPACE)
+
+    def _start_controllers(self, deadline: float) -> None:
+        """The controller-manager, scheduler, kwok and mpi-operator; until the kwok nodes are
+        Ready, the default ServiceAccount exists and mpi-operator is healthy."""
+        pki = self.pki
+        self.spawn("kube-controller-manager", self._controller_manager_args(pki))
+        self.spawn("kube-scheduler", self._scheduler_args())
+        self.spawn("kwok", self._kwok_args(pki))
+        self.spawn("mpi-operator", self._mpi_operator_args(),
+                   env={"MPI_OPERATOR_HEALTH_ADDR": f"{LOOPBACK}:{self.ports['mpi_health']}"})
+        api = self.api_client()
+        names = nodes.create_gpu_nodes(api, self.nodes, self.gpus_per_node)
+        self.wait_kwok_nodes(api, names, deadline)
+        self._wait_default_service_account(api, deadline)
+        self.wait_http(f"http://{LOOPBACK}:{self.ports['mpi_health']}/healthz", "mpi-operator",
+                       deadline)
 
     def _etcd_args(self) -> list[str]:
         client = f"http://127.0.0.1:{self.ports['etcd']}"
@@ -499,7 +424,7 @@ class LocalCluster:
             f"--kubelet-client-certificate={pki.client('admin')[0]}",
             f"--kubelet-client-key={pki.client('admin')[1]}",
             # loopback is not a valid endpoint address for the `kubernetes` Service
-            *(["--endpoint-reconciler-type=none"] if self.host == "127.0.0.1" else []),
+            *(["--endpoint-reconciler-type=none"] if self.host == LOOPBACK else []),
             "--profiling=false", "--v=1",
         ]
 
@@ -567,196 +492,19 @@ class LocalCluster:
         # bench/cluster_scale.py; the API client limits are raised to match.
         return [f"--kubeConfig={self.kubeconfig}", f"--lock-namespace={MPI_OPERATOR_NAMESPACE}",
                 "--threadiness=4", "--kube-api-qps=200", "--kube-api-burst=400",
-                "--controller-queue-rate-limit=100", "--controller-queue-burst=1000",
-                *([f"--gang-scheduling={coscheduling.SCHEDULER_NAME}"]
-                  if self.coscheduling else [])]
-
-    def _start_kueue(self, bin_dir: Path, pki: certs.PKI, deadline: float) -> None:
-        """Kueue's CRDs and webhooks, its manager, then the ResourceFlavor and ClusterQueue."""
-        api = self.api_client()
-        port = self.ports["kueue_webhook"]
-        kueue.install(api, bin_dir, port, pki, timeout=max(5.0, deadline - time.monotonic()))
-        self._ensure_namespace(api, kueue.NAMESPACE)
-        cert_dir = kueue.serving_cert(pki)
-        config = self.state_dir / "kueue-config.yaml"
-        config.write_text(json.dumps(kueue.configuration(self.ports, cert_dir), indent=2))
-        self._spawn("kueue", kueue.args(config), exe=bin_dir / "kueue",
-                    env={"KUEUE_METRICS_CERT_DIR": str(cert_dir)})
-        self._wait_http(f"http://127.0.0.1:{self.ports['kueue_health']}/readyz", "kueue",
-                        deadline)
-        kueue.create_queues(api, self.nodes, self.gpus_per_node, deadline)
-        kueue.wait_cluster_queue_active(api, kueue.CLUSTER_QUEUE, deadline)
-
-    def _prepare_real_node(self, keep_images: bool = False) -> dict[str, str]:
-        """The real node's folder and bridge (before the apiserver, which listens there).
-        `keep_images`: the first node's containerd root (images, and the metadata of containers
-        that no longer run, as after a reboot) stays for the resumed cluster."""
-        for stale in realnode.all_nodes(self.state_dir):  # whatever a killed run left
-            stale.cleanup()
-            root = stale.dir / "containerd" / "root"
-            aside = self.state_dir / f".{stale.dir.name}-containerd-root"
-            if keep_images and not stale.suffix and root.is_dir():
-                root.rename(aside)
-            shutil.rmtree(stale.dir, ignore_errors=True)
-            if aside.is_dir():
-                root.parent.mkdir(parents=True)
-                aside.rename(root)
-        node = realnode.RealNode(self.state_dir)
-        node.dir.mkdir(parents=True, exist_ok=True)
-        return node.setup_network(SERVICE_CIDR if self.katib else None)
-
-    def _start_containerd(self, node: realnode.RealNode, node_bin: Path,
-                          deadline: float) -> None:
-        """A real node's cgroups and containerd, with the pause image and node_images loaded."""
-        node.make_cgroups()
-        self._spawn(f"containerd{node.suffix}", [f"--config={node.containerd_config()}"],
-                    exe=realnode.CONTAINERD)
-        while node.ctr("version", check=False).returncode != 0:
-            self.check()
-            if time.monotonic() > deadline:
-                raise DevClusterError(f"containerd not answering on {node.containerd_socket}; "
-                                      f"see {self.log_dir}/containerd{node.suffix}.log")
-            time.sleep(0.2)
-        node.import_image(realnode.pause_archive(node_bin / "pause", node.dir / "pause.oci.tar"))
-        for archive in self.node_images:
-            node.import_image(Path(archive))
-
-    def _start_real_node(self, node_bin: Path, pki: certs.PKI, deadline: float) -> None:
-        """containerd (with the pause image), the kubelet, CoreDNS and with `katib` kube-proxy;
-        waits for Ready."""
-        node = realnode.RealNode(self.state_dir)
-        addr = node.addresses()
-        self._start_containerd(node, node_bin, deadline)
-        kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", self.server, pki,
-                                            "kubelet")
-        config = node.kubelet_config(self.ports, addr["node_ip"], pki.ca)
-        self._spawn("kubelet", node.kubelet_args(config, kubeconfig, addr["node_ip"]),
-                    exe=node_bin / "kubelet")
-        corefile = node.corefile(self.ports, addr["node_ip"], self.kubeconfig)
-        self._spawn("coredns", [f"-conf={corefile}"], exe=node_bin / "coredns")
-        self._wait_real_node_ready(node.name, deadline)
-        self._wait_http(f"http://127.0.0.1:{self.ports['coredns_ready']}/ready", "coredns",
-                        deadline)
-        if self.katib:
-            self._start_kube_proxy(node_bin / "kube-proxy", pki, addr, deadline)
-        for _ in range(1, self.real_nodes):
-            self._start_extra_node(node_bin, pki, deadline)
-
-    def add_real_node(self, timeout: float = 120) -> realnode.RealNode:
-        """Start one more real node on this running cluster (the first one must exist); the
-        cluster's node_images are loaded into it. Returns it once Ready."""
-        if not self.real_node or not realnode.RealNode(self.state_dir).dir.exists():
-            raise DevClusterError(f"the cluster in {self.state_dir} has no real node to add "
-                                  "another beside (start it with --real-node)")
-        node = self._start_extra_node(binaries.ensure_node_binaries(),
-                                      certs.PKI(self.state_dir / "pki"),
-                                      time.monotonic() + timeout)
-        self.real_nodes = len(realnode.all_nodes(self.state_dir))
-        self.save()
-        return node
-
-    def add_trainer(self, timeout: float = 120) -> None:
-        """Start Kubeflow Trainer v2 and JobSet on this running cluster (trainer.py): their
-        CRDs, webhooks and controllers, each a local process (stopped with the cluster)."""
-        from chexflow.devcluster import trainer
-
-        for name in trainer.PORTS:
-            self.ports[name] = free_port(self.ports.values())
-        trainer.start(self, timeout)
-        self.trainer = True
-        self.save()
-
-    def _start_extra_node(self, node_bin: Path, pki: certs.PKI,
-                          deadline: float) -> realnode.RealNode:
-        """Real node number len(all_nodes) + 1: its bridge and /24, routes between its pods and
-        the other nodes' (the host forwards between the bridges), containerd and a kubelet
-        whose DNS is the first node's CoreDNS. Waits for Ready."""
-        nodes_now = realnode.all_nodes(self.state_dir)
-        node = realnode.RealNode(self.state_dir, len(nodes_now))
-        node.dir.mkdir(parents=True)
-        addr = node.setup_network(SERVICE_CIDR if self.katib else None)
-        realnode.enable_ip_forwarding()
-        everyone = [*nodes_now, node]
-        cidrs = [n.addresses()["pod_cidr"] for n in everyone]
-        for n in everyone:
-            n.route_peers(cidrs)
-        self._start_containerd(node, node_bin, deadline)
-        kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", self.server, pki,
-                                            certs.node_client(pki, node.name))
-        for port in ("kubelet", "kubelet_healthz"):
-            self.ports[port + node.suffix] = free_port(self.ports.values())
-        dns = realnode.RealNode(self.state_dir).addresses()["node_ip"]
-        config = node.kubelet_config(self.ports, addr["node_ip"], pki.ca, dns_ip=dns)
-        self._spawn(f"kubelet{node.suffix}", node.kubelet_args(config, kubeconfig,
-                                                               addr["node_ip"]),
-                    exe=node_bin / "kubelet")
-        self._wait_real_node_ready(node.name, deadline)
-        return node
-
-    def _start_kube_proxy(self, exe: Path, pki: certs.PKI, addr: dict[str, str],
-                          deadline: float) -> None:
-        """kube-proxy for the node's pod /24 (this cluster holds the machine's claim)."""
-        node_dir = realnode.RealNode(self.state_dir).dir
-        kubeconfig = certs.write_kubeconfig(node_dir / "kube-proxy.kubeconfig", self.server, pki,
-                                            "kube-proxy")
-        config = kubeproxy.config(kubeproxy.config_path(self.state_dir), kubeconfig,
-                                  realnode.NODE_NAME, addr["node_ip"], addr["pod_cidr"],
-                                  self.ports)
-        self._spawn("kube-proxy", [f"--config={config}", "--v=1"], exe=exe)
-        self._wait_http(f"http://127.0.0.1:{self.ports['kube_proxy_healthz']}/healthz",
-                        "kube-proxy", deadline)
-
-    def start_supervisor(self) -> int:
-        """Supervise this running cluster from now on (a process restarting the components that
-        exit, supervise.py); it watches no parent and ends when the cluster is stopped.
-        Returns its process id."""
-        self.supervise = True
-        return self._start_reaper(supervise=True, parent=0)
-
-    def _start_reaper(self, supervise: bool = False, parent: int = 0,
-                      until_ready: bool = False) -> int:
-        """A detached watcher that stops this cluster (real node included) if process `parent`
-        dies without stopping it (chexflow.devcluster.reaper), or with `until_ready` only if it
-        dies before the cluster is ready; with `supervise` it also restarts components that exit
-        once the cluster is ready."""
-        import sys
-
-        name = "supervisor" if supervise else "reaper"
-        with open(self.log_dir / f"{name}.log", "ab") as out:
-            return subprocess.Popen([sys.executable, "-m", "chexflow.devcluster.reaper",
-                                     str(self.state_dir), str(parent),
-                                     *(["--supervise"] if supervise else []),
-                                     *(["--until-ready"] if until_ready else [])], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True).pid
-
-    def _wait_real_node_ready(self, name: str, deadline: float) -> None:
-        from kubernetes import client
-        from kubernetes.client.rest import ApiException
-
-        core = client.CoreV1Api(self.api_client())
-        while time.monotonic() < deadline:
-            self.check()
-            try:
-                conds = core.read_node(name).status.conditions or []
-                if any(c.type == "Ready" and c.status == "True" for c in conds):
-                    return
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-            time.sleep(0.5)
-        log = "kubelet" + name.removeprefix(realnode.NODE_NAME)
-        raise DevClusterError(f"node {name} not Ready; see {self.log_dir}/{log}.log")
+                "--controller-queue-rate-limit=100", "--controller-queue-burst=1000"]
 
     # ---- readiness -----------------------------------------------------------------------------
-    def _ssl_context(self) -> ssl.SSLContext:
-        pki = certs.PKI(self.state_dir / "pki")
+    def ssl_context(self) -> ssl.SSLContext:
+        """TLS to the apiserver as the admin (its CA, the admin's client certificate)."""
+        pki = self.pki
         ctx = ssl.create_default_context(cafile=str(pki.ca))
         ctx.load_cert_chain(*map(str, pki.client("admin")))
         return ctx
 
-    def _wait_http(self, url: str, component: str, deadline: float,
-                   context: ssl.SSLContext | None = None) -> None:
+    def wait_http(self, url: str, component: str, deadline: float,
+                  context: ssl.SSLContext | None = None) -> None:
+        """Until `url` answers 200; a component that exits meanwhile ends the wait (check)."""
         last = ""
         while time.monotonic() < deadline:
             self.check()
@@ -768,9 +516,9 @@ class LocalCluster:
                 last = str(e)
             time.sleep(0.3)
         raise DevClusterError(f"{component} not healthy at {url} ({last}); "
-                           f"see {self.log_dir}/{component}.log")
+                              f"see {self.log_dir}/{component}.log")
 
-    def _wait_kwok_nodes(self, api, names: list[str], deadline: float) -> None:
+    def wait_kwok_nodes(self, api, names: list[str], deadline: float) -> None:
         """Until the kwok nodes are Ready. kwok v0.8.0 can die as it first matches its stages
         ("fatal error: concurrent map writes" in its CEL type registry, easycel) and keeps no
         state of its own, so a kwok that exits here is started again (its log goes on), up to
@@ -782,19 +530,17 @@ class LocalCluster:
                 return
             except DevClusterError:
                 kwok = self.processes["kwok"]
-                if _alive(kwok["pid"], kwok["exe"]) or attempt == KWOK_START_ATTEMPTS:
+                if runs(kwok["pid"], kwok["exe"]) or attempt == KWOK_START_ATTEMPTS:
                     raise
                 self.restart("kwok")
 
-    def _wait_apiserver(self, deadline: float) -> None:
-        self._wait_http(f"{self.server}/readyz", "kube-apiserver", deadline, self._ssl_context())
-
-    def _ensure_namespace(self, api, name: str) -> None:
+    def ensure_namespace(self, name: str) -> None:
+        """Namespace `name`, created unless it is there."""
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
         try:
-            client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+            client.CoreV1Api(self.api_client()).create_namespace({"metadata": {"name": name}})
         except ApiException as e:
             if e.status != 409:
                 raise

@@ -1,6 +1,7 @@
-"""Gang scheduling in the local cluster: scheduler-plugins' scheduler (kube-scheduler with the
-Coscheduling plugin) as a second scheduler, built from its Go module (build/coscheduling/build.sh,
-cached by content), with the PodGroup CRD (scheduling.x-k8s.io/v1alpha1) of the same module.
+"""Gang scheduling in the local cluster (the `coscheduling` add-on): scheduler-plugins'
+scheduler (kube-scheduler with the Coscheduling plugin) as a second scheduler, built from its Go
+module (build/coscheduling/build.sh, cached by content), with the PodGroup CRD
+(scheduling.x-k8s.io/v1alpha1) of the same module.
 
 mpi-operator then runs with `--gang-scheduling=SCHEDULER_NAME`: it makes a PodGroup per MPIJob
 (minMember from runPolicy.schedulingPolicy.minAvailable) and gives the job's pods that
@@ -12,10 +13,15 @@ scheduler's queue for besides new pods), e.g. when an earlier job's group finish
 
 from __future__ import annotations
 
+import json
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from chexflow.devcluster import crds
+from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.devcluster.binaries import GO_DIR, GoBuild
 
 BUILD_DIR = GO_DIR / "coscheduling"
@@ -73,3 +79,35 @@ def args(config: Path, kubeconfig: Path, port: int) -> list[str]:
     return [f"--config={config}", f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
             f"--secure-port={port}", "--v=1"]
+
+
+@dataclass
+class Coscheduling(AddOn):
+    """The PodGroup CRDs before mpi-operator starts (it looks for the API then), the scheduler
+    and the PodGroup controller; mpi-operator gets --gang-scheduling."""
+
+    name = "coscheduling"
+    help = ("also scheduler-plugins' Coscheduling scheduler (built from its Go module on first "
+            "use), and mpi-operator gang-schedules every MPIJob with it (PodGroups)")
+    title = "Coscheduling scheduler"
+    ports = ("coscheduling", "podgroup_metrics", "podgroup_health")
+    extra_args = {"mpi-operator": (f"--gang-scheduling={SCHEDULER_NAME}",)}
+    bin_dir: Path | None = field(default=None, init=False, repr=False)
+
+    def components(self, cluster: Cluster) -> list[str]:
+        return [EXE, CONTROLLER]
+
+    def build(self) -> list[Path]:
+        self.bin_dir = ensure_binaries()
+        return [self.bin_dir]
+
+    def install(self, cluster: Cluster, deadline: float) -> None:
+        crds.install_crd_docs(cluster.api_client(), crd_docs(self.bin_dir),
+                              timeout=max(5.0, deadline - time.monotonic()))
+
+    def start(self, cluster: Cluster, deadline: float) -> None:
+        config = cluster.state_dir / "coscheduling-config.yaml"
+        config.write_text(json.dumps(scheduler_config(cluster.kubeconfig)))
+        cluster.spawn(EXE, args(config, cluster.kubeconfig, cluster.ports["coscheduling"]),
+                      exe=self.bin_dir / EXE)
+        cluster.spawn(CONTROLLER, controller_args(cluster.ports), exe=self.bin_dir / CONTROLLER)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from chexflow.devcluster import realnode
-from chexflow.devcluster.controlplane import DevClusterError, LocalCluster, _alive
+from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.supervisor import DevClusterError, runs
 
 # the processes the supervisor restarts, in the order the tests kill them
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-scheduler", "mpi-operator", "kubelet",
@@ -41,10 +42,12 @@ def healthy(cluster: LocalCluster, name: str) -> bool:
     from kubernetes import client
 
     ports = cluster.ports
-    insecure = ssl._create_unverified_context()  # loopback health endpoints, self-signed
+    insecure = ssl.create_default_context()  # loopback health endpoints, self-signed
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE
     checks = {
-        "etcd": lambda: _get(f"{cluster.server}/readyz", cluster._ssl_context()),
-        "kube-apiserver": lambda: _get(f"{cluster.server}/readyz", cluster._ssl_context()),
+        "etcd": lambda: _get(f"{cluster.server}/readyz", cluster.ssl_context()),
+        "kube-apiserver": lambda: _get(f"{cluster.server}/readyz", cluster.ssl_context()),
         "kube-scheduler": lambda: _get(f"https://127.0.0.1:{ports['scheduler']}/healthz",
                                        insecure),
         "mpi-operator": lambda: _get(f"http://127.0.0.1:{ports['mpi_health']}/healthz"),
@@ -74,7 +77,7 @@ def kill_component(state: Path, name: str, timeout: float = 180) -> tuple[float,
     while time.monotonic() - start < timeout:
         cluster = LocalCluster.attach(state)
         new = cluster.processes[name]
-        if restarted is None and new["pid"] != old["pid"] and _alive(new["pid"], new["exe"]):
+        if restarted is None and new["pid"] != old["pid"] and runs(new["pid"], new["exe"]):
             restarted = time.monotonic() - start
             if new["args"] != old["args"]:
                 raise DevClusterError(f"{name} restarted with other arguments: {old['args']} "

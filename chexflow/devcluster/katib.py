@@ -1,4 +1,5 @@
-"""Katib v0.19.0 on the local cluster's real node (`chexflow cluster up --katib`).
+"""Katib v0.19.0 on the local cluster's real node (the `katib` add-on: `chexflow cluster up
+--katib`).
 
 Everything runs as pods in namespace `kubeflow` (its pods all go to the real node): katib-mysql
 (its data in STATE/volumes/katib-mysql), katib-db-manager, and katib-controller with its RBAC, the
@@ -30,16 +31,20 @@ import copy
 import os
 import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from chexflow.devcluster import crds, realnode
+from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.errors import ChexflowError
 from chexflow.katib.suggestions import algorithms
 
 NAMESPACE = "kubeflow"
 INJECTION_LABEL = {"katib.kubeflow.org/metrics-collector-injection": "enabled"}
+# add-ons whose CRDs are trial kinds of katib-config (TRIAL_RESOURCES)
+TRIAL_KIND_ADDONS = ("trainer",)
 CONTROLLER, DB_MANAGER, MYSQL = "katib-controller", "katib-db-manager", "katib-mysql"
 DB_MANAGER_PORT = 6789
 MYSQL_UID = 999  # runAsUser/runAsGroup in Katib's mysql.yaml
@@ -165,14 +170,14 @@ def mysql_folder(state_dir: Path) -> Path:
     return folder
 
 
-def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
-    """Load the images into the real node, create Katib's objects, wait until its Deployments
-    are Available and the experiment webhook answers."""
+def create(cluster, images: dict[str, object]) -> None:
+    """Load the images into the real node (a resumed cluster's containerd keeps them) and create
+    Katib's objects (a resumed cluster's are updated: _update_existing)."""
     from kubernetes import utils
 
     node = realnode.RealNode(cluster.state_dir)
     for image in images.values():
-        if not node.has_image(image.ref):  # a resumed cluster's containerd keeps them
+        if not node.has_image(image.ref):
             node.import_image(Path(image.archive))
     refs = {name: image.ref for name, image in images.items()}
     api = cluster.api_client()
@@ -185,7 +190,11 @@ def deploy(cluster, images: dict[str, object], timeout: float = 300) -> None:
                 continue
             reason = "; ".join(f"{x.status} {x.reason}: {x.body}" for x in e.api_exceptions)
             raise KatibError(f"{doc['kind']} {doc['metadata']['name']}: {reason}") from e
-    deadline = time.monotonic() + timeout
+
+
+def wait_ready(cluster, deadline: float) -> None:
+    """Until Katib's Deployments are Available, db-manager's Service answers and the experiment
+    webhook judges."""
     for name in (MYSQL, DB_MANAGER, CONTROLLER):
         wait_available(cluster, name, deadline)
     wait_service(cluster, DB_MANAGER, DB_MANAGER_PORT, deadline)
@@ -294,3 +303,31 @@ def wait_webhook(cluster, deadline: float) -> None:
         time.sleep(1)
     raise KatibError(f"Katib's experiment webhook not answering: {last[-300:]} "
                      f"(kubectl -n {NAMESPACE} logs deploy/{CONTROLLER})")
+
+
+@dataclass
+class Katib(AddOn):
+    """Katib's images (built on first use, cached), its objects on the real node, its
+    readiness; a trial kind's add-on that joins later gets katib-controller restarted."""
+
+    name = "katib"
+    help = ("also Katib v0.19.0 (controller, webhooks, db-manager, MySQL, goptuna suggestions) "
+            "on the real node, with kube-proxy for its Services; implies --real-node; one such "
+            "cluster per machine")
+    title = "Katib in namespace kubeflow"
+    requires = ("real-node", "kube-proxy")
+    images: dict[str, object] = field(default_factory=dict, init=False, repr=False)
+
+    def build(self) -> list[Path]:
+        self.images = build_images()
+        return [Path(image.archive) for image in self.images.values()]
+
+    def start(self, cluster: Cluster, deadline: float) -> None:
+        create(cluster, self.images)
+
+    def ready(self, cluster: Cluster, deadline: float) -> None:
+        wait_ready(cluster, deadline)
+
+    def joined(self, cluster: Cluster, other: AddOn, deadline: float) -> None:
+        if other.name in TRIAL_KIND_ADDONS:  # its CRD came after katib-controller started
+            watch_trial_kinds_again(cluster, max(5.0, deadline - time.monotonic()))

@@ -1,6 +1,6 @@
-"""kube-proxy for the real node: ClusterIP Services (Katib's webhook, db-manager, suggestions, and
-the `kubernetes` Service that in-cluster clients use) become iptables rules in this machine's
-network namespace.
+"""kube-proxy for the real node (the `kube-proxy` add-on): ClusterIP Services (Katib's webhook,
+db-manager, suggestions, and the `kubernetes` Service that in-cluster clients use) become
+iptables rules in this machine's network namespace.
 
 One cluster per machine. kube-proxy owns global chains (KUBE-SERVICES, KUBE-POSTROUTING, ...) in
 the network namespace it runs in, so a second kube-proxy in the same namespace would rewrite the
@@ -13,7 +13,7 @@ are not limited (any number run side by side).
 
 Rules stay on the host only while the cluster runs: stopping it runs `kube-proxy --cleanup`
 (every KUBE-* chain and rule, iptables and ip6tables) and releases the claim; a claim whose
-cluster is gone (killed without a reaper) is cleaned the same way before the next start.
+cluster is gone (killed without a watcher) is cleaned the same way before the next start.
 kube-proxy changes no sysctl: the conntrack limits and timeouts are left as they are
 (`maxPerCore: 0`, timeouts `0s`) and NodePorts are not opened on localhost (no route_localnet).
 Every Service connection is masqueraded to the node address (`masqueradeAll`), so a pod's reply
@@ -28,10 +28,13 @@ import fcntl
 import json
 import os
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from chexflow.devcluster import binaries, certs, realnode
+from chexflow.devcluster.addon import SERVICE_CIDR, AddOn, Cluster
 from chexflow.errors import ChexflowError
 
 CLAIM = Path("/run/chexflow/kube-proxy.json")
@@ -152,3 +155,45 @@ def cleanup_rules(kube_proxy: Path) -> None:
 
 def _iptables(tool: str, *args: str) -> bool:
     return subprocess.run([tool, "-w", "-t", "filter", *args], capture_output=True).returncode == 0
+
+
+@dataclass
+class KubeProxy(AddOn):
+    """kube-proxy for the first real node's pod /24; this cluster holds the machine's claim
+    from its ensure (refused at once while another live cluster holds it) to its stop."""
+
+    name = "kube-proxy"
+    help = ("also kube-proxy on the real node (ClusterIP Services from the pods and the host; "
+            "implies --real-node); one such cluster per machine")
+    title = "kube-proxy"
+    requires = ("real-node",)
+    ports = ("kube_proxy_healthz", "kube_proxy_metrics")
+    pod_routes = (SERVICE_CIDR,)
+    exe: Path | None = field(default=None, init=False, repr=False)
+
+    def components(self, cluster: Cluster) -> list[str]:
+        return ["kube-proxy"]
+
+    def build(self) -> list[Path]:
+        self.exe = binaries.ensure_node_binaries() / "kube-proxy"
+        return [self.exe]
+
+    def ensure(self, cluster: Cluster) -> None:
+        self.build()
+        claim(cluster.state_dir, self.exe)
+
+    def start(self, cluster: Cluster, deadline: float) -> None:
+        node = realnode.RealNode(cluster.state_dir)
+        addr = node.addresses()
+        kubeconfig = certs.write_kubeconfig(node.dir / "kube-proxy.kubeconfig", cluster.server,
+                                            cluster.pki, "kube-proxy")
+        path = config(config_path(cluster.state_dir), kubeconfig, node.name, addr["node_ip"],
+                      addr["pod_cidr"], cluster.ports)
+        cluster.spawn("kube-proxy", [f"--config={path}", "--v=1"], exe=self.exe)
+
+    def ready(self, cluster: Cluster, deadline: float) -> None:
+        cluster.wait_http(f"http://127.0.0.1:{cluster.ports['kube_proxy_healthz']}/healthz",
+                          "kube-proxy", deadline)
+
+    def stop(self, cluster: Cluster) -> None:
+        release(cluster.state_dir)

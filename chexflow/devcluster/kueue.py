@@ -1,6 +1,7 @@
-"""Kueue in the local cluster: its manager built from its Go module (build/kueue/build.sh, cached
-by content beside the control plane's binaries), run as a local process with the MPIJob
-integration, its webhooks called on 127.0.0.1 with a certificate of the cluster's CA.
+"""Kueue in the local cluster (the `kueue` add-on): its manager built from its Go module
+(build/kueue/build.sh, cached by content beside the control plane's binaries), run as a local
+process with the MPIJob integration, its webhooks called on 127.0.0.1 with a certificate of the
+cluster's CA.
 
 Kueue v0.15 serves its API as v1beta1 (stored) and v1beta2 (its controllers' own), so the
 conversion webhook is needed, and its MPIJob webhook is what suspends a new MPIJob that names a
@@ -14,12 +15,15 @@ namespace come from `create_local_queue`.
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from chexflow.devcluster import certs, nodes
+from chexflow.devcluster import certs, crds, nodes
+from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.devcluster.binaries import GO_DIR, GoBuild
 from chexflow.errors import ChexflowError
 
@@ -50,16 +54,7 @@ ensure_binaries = BUILD.ensure  # the folder with `kueue`, its CRDs and webhook 
 def serving_cert(pki: certs.PKI) -> Path:
     """tls.crt/tls.key for 127.0.0.1 signed by the cluster's CA, in pki/kueue (the webhook and
     metrics servers' certificate folder)."""
-    out = pki.dir / "kueue"
-    if not (out / "tls.crt").exists():
-        certs._signed_cert(pki, "kueue-webhook", "/CN=kueue-webhook",
-                           "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
-                           "keyEncipherment\nextendedKeyUsage=serverAuth\n"
-                           "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        out.mkdir(exist_ok=True)
-        (pki.dir / "kueue-webhook.crt").rename(out / "tls.crt")
-        (pki.dir / "kueue-webhook.key").rename(out / "tls.key")
-    return out
+    return certs.loopback_serving_cert(pki, "kueue-webhook", pki.dir / "kueue")
 
 
 def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
@@ -124,8 +119,6 @@ def crd_docs(bin_dir: Path, port: int, ca_bundle: str) -> list[dict]:
 def install(api, bin_dir: Path, port: int, pki: certs.PKI, timeout: float) -> None:
     """CRDs (with conversion) and webhook configurations, before the manager starts."""
     import base64
-
-    from chexflow.devcluster import crds
 
     ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
     crds.install_crd_docs(api, crd_docs(bin_dir, port, ca_bundle), timeout=timeout)
@@ -205,3 +198,43 @@ def wait_cluster_queue_active(api, name: str, deadline: float) -> None:
         time.sleep(0.3)
     raise KueueError(f"ClusterQueue {name} not Active: "
                      f"{conds.get('Active', {}).get('message', 'no status')}")
+
+
+@dataclass
+class Kueue(AddOn):
+    """Kueue's CRDs and webhooks, its manager, then ResourceFlavor FLAVOR and ClusterQueue
+    CLUSTER_QUEUE over the kwok nodes."""
+
+    name = "kueue"
+    help = ("also Kueue (built from its Go module on first use: about 10 min) with "
+            "ResourceFlavor kwok-gpu and ClusterQueue chexflow holding the kwok nodes' GPUs, CPU "
+            "and memory; add a LocalQueue per namespace")
+    title = "Kueue (ClusterQueue chexflow)"
+    ports = ("kueue_health", "kueue_metrics", "kueue_webhook")
+    bin_dir: Path | None = field(default=None, init=False, repr=False)
+
+    def components(self, cluster: Cluster) -> list[str]:
+        return ["kueue"]
+
+    def build(self) -> list[Path]:
+        self.bin_dir = ensure_binaries()
+        return [self.bin_dir]
+
+    def install(self, cluster: Cluster, deadline: float) -> None:
+        install(cluster.api_client(), self.bin_dir, cluster.ports["kueue_webhook"], cluster.pki,
+                timeout=max(5.0, deadline - time.monotonic()))
+        cluster.ensure_namespace(NAMESPACE)
+
+    def start(self, cluster: Cluster, deadline: float) -> None:
+        cert_dir = serving_cert(cluster.pki)
+        config = cluster.state_dir / "kueue-config.yaml"
+        config.write_text(json.dumps(configuration(cluster.ports, cert_dir), indent=2))
+        cluster.spawn("kueue", args(config), exe=self.bin_dir / "kueue",
+                      env={"KUEUE_METRICS_CERT_DIR": str(cert_dir)})
+
+    def ready(self, cluster: Cluster, deadline: float) -> None:
+        cluster.wait_http(f"http://127.0.0.1:{cluster.ports['kueue_health']}/readyz", "kueue",
+                          deadline)
+        api = cluster.api_client()
+        create_queues(api, cluster.nodes, cluster.gpus_per_node, deadline)
+        wait_cluster_queue_active(api, CLUSTER_QUEUE, deadline)

@@ -1,4 +1,5 @@
-"""A real node beside the kwok nodes: containerd + runc + CNI bridge, a kubelet and CoreDNS.
+"""A real node beside the kwok nodes: containerd + runc + CNI bridge, a kubelet and CoreDNS (the
+`real-node` add-on, RealNodes, at the end).
 
 Pods on it are real processes running images loaded into its containerd. Addresses are RFC 2544
 benchmarking ones: the node owns 198.18.K.1 on a bridge of its own (`cxf<id>`) and its pods get
@@ -37,11 +38,13 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from chexflow.devcluster import binaries, certs
+from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.errors import ChexflowError
 
 NODE_NAME = "chexflow-node"
@@ -191,27 +194,25 @@ class RealNode:
                 return net
         raise RealNodeError(f"every /24 of {POD_SUPERNET} is in use on this machine")
 
-    def setup_network(self, service_cidr: str | None = None) -> dict[str, str]:
+    def setup_network(self, routes: list[str]) -> dict[str, str]:
         """Create the bridge with the node address; write the CNI config; returns the addresses.
-        With `service_cidr` (a cluster with kube-proxy) pods route it through the node, where
-        kube-proxy's rules send ClusterIP connections on to their endpoints."""
+        Pods route `routes` (the other nodes' pod /24s; with kube-proxy the Service range,
+        whose ClusterIP connections its rules send on) through the node."""
         net = self.pick_subnet()
         node_ip = str(next(net.hosts()))
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{node_ip}/{net.prefixlen}", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")
-        addresses = {"node_ip": node_ip, "pod_cidr": str(net),
-                     "routes": [service_cidr] if service_cidr else []}
+        addresses = {"node_ip": node_ip, "pod_cidr": str(net), "routes": []}
         self.address_file.write_text(json.dumps(addresses))
-        self.write_cni_config()
-        return addresses
+        self.set_routes(routes)
+        return self.addresses()
 
-    def route_peers(self, peer_cidrs: list[str]) -> None:
-        """Pods started from now on route the other real nodes' pod /24s through this node
+    def set_routes(self, routes: list[str]) -> None:
+        """Pods started from now on route `routes` (but the node's own /24) through this node
         (containerd reads the CNI config again when it changes)."""
         addresses = self.addresses()
-        addresses["routes"] = [r for r in addresses["routes"] if r not in peer_cidrs] \
-            + [c for c in peer_cidrs if c != addresses["pod_cidr"]]
+        addresses["routes"] = [r for r in dict.fromkeys(routes) if r != addresses["pod_cidr"]]
         self.address_file.write_text(json.dumps(addresses))
         self.write_cni_config()
 
@@ -493,3 +494,164 @@ def pause_archive(pause_bin: Path, out: Path) -> Path:
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return out
+
+
+@dataclass
+class RealNodes(AddOn):
+    """`count` real nodes, `images` (OCI or docker archives) loaded into each one's containerd.
+    The first node's bridge is made before the control plane, whose apiserver then listens on
+    and advertises its address (pods reach it through the `kubernetes` Service); the others
+    join once it is Ready (add_node). A resumed cluster keeps the first node's containerd root
+    (its images) unless the start is fresh."""
+
+    name = "real-node"
+    help = ("also start a real node (containerd, kubelet, CoreDNS) that runs pods; needs root "
+            "and the Debian packages of images/install-system.sh")
+    ports = ("kubelet", "kubelet_healthz", "coredns_health", "coredns_ready")
+    count: int = 1
+    images: list[Path] = field(default_factory=list)
+    bin_dir: Path | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.images = [Path(p) for p in self.images]
+
+    def components(self, cluster: Cluster) -> list[str]:
+        names = ["containerd", "kubelet", "coredns"]
+        for index in range(1, self.count):
+            suffix = RealNode(cluster.state_dir, index).suffix
+            names += [f"containerd{suffix}", f"kubelet{suffix}"]
+        return names
+
+    def describe(self, cluster: Cluster) -> str:
+        return f"real node(s) {', '.join(n.name for n in all_nodes(cluster.state_dir))}"
+
+    def build(self) -> list[Path]:
+        self.bin_dir = binaries.ensure_node_binaries()
+        return [self.bin_dir]
+
+    def ensure(self, cluster: Cluster) -> None:
+        check_requirements()
+        self.build()
+
+    def prepare(self, cluster: Cluster) -> None:
+        """Whatever a killed run left removed; the first node's folder and bridge, whose
+        address the apiserver listens on."""
+        if cluster.ready:
+            raise RealNodeError(f"the cluster in {cluster.state_dir} runs already: a first real "
+                                "node's address is the apiserver's, so start the cluster with it")
+        self._remove_stale(cluster.state_dir, keep_images=not cluster.fresh)
+        first = RealNode(cluster.state_dir)
+        first.dir.mkdir(parents=True, exist_ok=True)
+        cluster.host = first.setup_network(cluster.pod_routes())["node_ip"]
+
+    def start(self, cluster: Cluster, deadline: float) -> None:
+        """The first node's containerd and kubelet, and CoreDNS."""
+        first = RealNode(cluster.state_dir)
+        self._start_containerd(cluster, first, deadline)
+        self._start_kubelet(cluster, first)
+        corefile = first.corefile(cluster.ports, first.addresses()["node_ip"], cluster.kubeconfig)
+        cluster.spawn("coredns", [f"-conf={corefile}"], exe=self.bin_dir / "coredns")
+
+    def ready(self, cluster: Cluster, deadline: float) -> None:
+        """Until the first node is Ready and CoreDNS answers; then the other nodes join."""
+        self._wait_ready(cluster, RealNode(cluster.state_dir), deadline)
+        cluster.wait_http(f"http://127.0.0.1:{cluster.ports['coredns_ready']}/ready", "coredns",
+                          deadline)
+        while len(all_nodes(cluster.state_dir)) < self.count:
+            self.add_node(cluster, deadline)
+
+    def joined(self, cluster: Cluster, other: AddOn, deadline: float) -> None:
+        if other.pod_routes:
+            self._route_all(cluster)
+
+    def stop(self, cluster: Cluster) -> None:
+        for node in all_nodes(cluster.state_dir):
+            node.cleanup()
+
+    def add_node(self, cluster: Cluster, deadline: float) -> RealNode:
+        """One more real node beside the first (which must be Ready): its bridge and /24,
+        routed to the other nodes' (the host forwards between the bridges), containerd with
+        `images`, a kubelet whose DNS is the first node's CoreDNS. Returns it once Ready."""
+        node = RealNode(cluster.state_dir, len(all_nodes(cluster.state_dir)))
+        node.dir.mkdir(parents=True)
+        node.setup_network(cluster.pod_routes())
+        self._route_all(cluster)
+        self._start_containerd(cluster, node, deadline)
+        self._start_kubelet(cluster, node)
+        self._wait_ready(cluster, node, deadline)
+        self.count = max(self.count, node.index + 1)
+        cluster.save()
+        return node
+
+    def _remove_stale(self, state_dir: Path, keep_images: bool) -> None:
+        """The nodes a killed or stopped run left: cleaned and removed; `keep_images`: the
+        first node's containerd root (images, and the metadata of containers that no longer
+        run, as after a reboot) stays for the resumed cluster."""
+        for stale in all_nodes(state_dir):
+            stale.cleanup()
+            root = stale.dir / "containerd" / "root"
+            aside = state_dir / f".{stale.dir.name}-containerd-root"
+            if keep_images and not stale.suffix and root.is_dir():
+                root.rename(aside)
+            shutil.rmtree(stale.dir, ignore_errors=True)
+            if aside.is_dir():
+                root.parent.mkdir(parents=True)
+                aside.rename(root)
+
+    def _route_all(self, cluster: Cluster) -> None:
+        """Every node's pods route the other nodes' /24s and the add-ons' pod_routes."""
+        everyone = all_nodes(cluster.state_dir)
+        if len(everyone) > 1:
+            enable_ip_forwarding()
+        routes = [*cluster.pod_routes(), *(n.addresses()["pod_cidr"] for n in everyone)]
+        for node in everyone:
+            node.set_routes(routes)
+
+    def _start_containerd(self, cluster: Cluster, node: RealNode, deadline: float) -> None:
+        """The node's cgroups and containerd, with the pause image and `images` loaded."""
+        node.make_cgroups()
+        cluster.spawn(f"containerd{node.suffix}", [f"--config={node.containerd_config()}"],
+                      exe=CONTAINERD)
+        while node.ctr("version", check=False).returncode != 0:
+            cluster.check()
+            if time.monotonic() > deadline:
+                raise RealNodeError(f"containerd not answering on {node.containerd_socket}; "
+                                    f"see {cluster.log_dir}/containerd{node.suffix}.log")
+            time.sleep(0.2)
+        node.import_image(pause_archive(self.bin_dir / "pause", node.dir / "pause.oci.tar"))
+        for archive in self.images:
+            node.import_image(archive)
+
+    def _start_kubelet(self, cluster: Cluster, node: RealNode) -> None:
+        """The node's kubelet: an extra node's with a client certificate of its own
+        (`system:node:<name>`) and ports; the first node's CoreDNS as its DNS."""
+        pki = cluster.pki
+        client = certs.node_client(pki, node.name) if node.index else "kubelet"
+        kubeconfig = certs.write_kubeconfig(node.dir / "kubelet.kubeconfig", cluster.server, pki,
+                                            client)
+        if node.index:
+            for port in ("kubelet", "kubelet_healthz"):
+                cluster.new_port(port + node.suffix)
+        node_ip = node.addresses()["node_ip"]
+        dns = RealNode(cluster.state_dir).addresses()["node_ip"]
+        config = node.kubelet_config(cluster.ports, node_ip, pki.ca, dns_ip=dns)
+        cluster.spawn(f"kubelet{node.suffix}", node.kubelet_args(config, kubeconfig, node_ip),
+                      exe=self.bin_dir / "kubelet")
+
+    def _wait_ready(self, cluster: Cluster, node: RealNode, deadline: float) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        core = client.CoreV1Api(cluster.api_client())
+        while time.monotonic() < deadline:
+            cluster.check()
+            try:
+                conds = core.read_node(node.name).status.conditions or []
+                if any(c.type == "Ready" and c.status == "True" for c in conds):
+                    return
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+            time.sleep(0.5)
+        raise RealNodeError(f"node {node.name} not Ready; see "
+                            f"{cluster.log_dir}/kubelet{node.suffix}.log")

@@ -4,9 +4,10 @@ binaries), each run as a local process whose webhooks the apiserver calls on 127
 certificate of the cluster's CA. The CRDs and webhook configurations are the modules' own
 manifests (with the JSON patches their kustomizations apply), pointed at those processes.
 
-It is an option (`chexflow cluster up --trainer`, `LocalCluster(trainer=True)`, or
-`LocalCluster.add_trainer()` on a running cluster) rather than always on: the first use builds
-two Go programs (minutes), and the MPIJob path needs neither.
+It is an add-on (`chexflow cluster up --trainer`, `LocalCluster(addons=[Trainer()])`, or
+`LocalCluster.add(Trainer())` on a running cluster) rather than always on: the first use builds
+two Go programs (minutes), and the MPIJob path needs neither. A Katib that started before it
+restarts its controller to watch TrainJobs (Katib.joined).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from __future__ import annotations
 import base64
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from chexflow.devcluster import certs, crds
-from chexflow.devcluster.binaries import GO_DIR, GoBuild, required_version
+from chexflow.devcluster.addon import AddOn, Cluster
+from chexflow.devcluster.binaries import GO_DIR, GoBuild
 from chexflow.errors import ChexflowError
 
 TRAINER_DIR = GO_DIR / "trainer"
@@ -28,7 +30,7 @@ BUILD_SCRIPT = TRAINER_DIR / "build.sh"
 # Trainer's module here, JobSet's in jobset/ (v0.11.1 does not build with Trainer's
 # controller-runtime v0.23)
 BUILD_INPUTS = ("go.mod", "go.sum", "jobset/go.mod", "jobset/go.sum", "build.sh")
-TRAINER_MODULE, JOBSET_MODULE = "github.com/kubeflow/trainer/v2", "sigs.k8s.io/jobset"
+TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
 JOBSET_EXE, TRAINER_EXE = "jobset-controller", "trainer-controller-manager"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 PORTS = ("jobset_webhook", "jobset_health", "trainer_webhook", "trainer_health")
@@ -44,26 +46,12 @@ cache_dir = BUILD.cache_dir  # trainer-<release>-<10 hex of sha256(BUILD_INPUTS)
 ensure_binaries = BUILD.ensure  # both programs, their CRDs and webhook manifests
 
 
-def module_version(module: str) -> str:
-    """The version its go.mod (Trainer's, or jobset/go.mod for JobSet) requires of `module`."""
-    go_mod = TRAINER_DIR / ("jobset/go.mod" if module == JOBSET_MODULE else "go.mod")
-    return required_version(go_mod, module)
-
-
 def serving_cert(pki: certs.PKI) -> Path:
     """pki/trainer/k8s-webhook-server/serving-certs/tls.{crt,key} for 127.0.0.1, signed by the
     cluster's CA. Trainer's manager reads its webhook certificate from
     $TMPDIR/k8s-webhook-server/serving-certs (controller-runtime's default): TMPDIR=pki/trainer."""
-    out = pki.dir / "trainer" / "k8s-webhook-server" / "serving-certs"
-    if not (out / "tls.crt").exists():
-        certs._signed_cert(pki, "trainer-webhook", "/CN=trainer-webhook",
-                           "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
-                           "keyEncipherment\nextendedKeyUsage=serverAuth\n"
-                           "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        out.mkdir(parents=True, exist_ok=True)
-        (pki.dir / "trainer-webhook.crt").rename(out / "tls.crt")
-        (pki.dir / "trainer-webhook.key").rename(out / "tls.key")
-    return out
+    return certs.loopback_serving_cert(pki, "trainer-webhook",
+                                       pki.dir / "trainer" / "k8s-webhook-server" / "serving-certs")
 
 
 def _json_patch(doc: dict, ops: list[dict]) -> dict:
@@ -138,31 +126,43 @@ def trainer_configuration(ports: dict[str, int]) -> dict:
             "clientConnection": {"qps": 100, "burst": 200}}
 
 
-def start(cluster: Any, timeout: float = 120) -> None:
-    """Install and start JobSet and Trainer on the running LocalCluster `cluster`, whose ports
-    has PORTS; waits until both are ready. The binaries are built first when missing (not counted
-    in `timeout`)."""
-    bin_dir = ensure_binaries()
-    deadline = time.monotonic() + timeout
-    pki = certs.PKI(cluster.state_dir / "pki")
-    cert_dir = serving_cert(pki)
-    api = cluster.api_client()
-    install(api, bin_dir, cluster.ports, pki, timeout=max(5.0, deadline - time.monotonic()))
-    configs = {"jobset": jobset_configuration(cluster.ports, cert_dir),
-               "trainer": trainer_configuration(cluster.ports)}
-    for name, config in configs.items():
-        (cluster.state_dir / f"{name}-config.yaml").write_text(json.dumps(config, indent=2))
-    cluster._spawn("jobset", [f"--config={cluster.state_dir / 'jobset-config.yaml'}",
-                              "--zap-log-level=2"], exe=bin_dir / JOBSET_EXE)
-    # TrainJobStatus (alpha, off by default) would start a status server that needs an
-    # in-cluster ServiceAccount token; it stays off.
-    cluster._spawn("trainer", [f"--config={cluster.state_dir / 'trainer-config.yaml'}",
-                               "--feature-gates=TrainJobStatus=false", "--zap-log-level=2"],
-                   exe=bin_dir / TRAINER_EXE, env={"TMPDIR": str(cert_dir.parent.parent)})
-    for name in ("jobset", "trainer"):
-        cluster._wait_http(f"http://127.0.0.1:{cluster.ports[f'{name}_health']}/readyz", name,
-                           deadline)
-    if getattr(cluster, "katib", False):  # Katib started before the TrainJob CRD existed
-        from chexflow.devcluster import katib
+@dataclass
+class Trainer(AddOn):
+    """JobSet's and Trainer's CRDs and webhooks, then their controllers, each a local process."""
 
-        katib.watch_trial_kinds_again(cluster, max(5.0, deadline - time.monotonic()))
+    name = "trainer"
+    help = ("also Kubeflow Trainer v2 (TrainJob) and JobSet, built from their Go modules on "
+            "first use (minutes); an option because the MPIJob path needs neither")
+    title = "Kubeflow Trainer v2 and JobSet"
+    ports = PORTS
+    bin_dir: Path | None = field(default=None, init=False, repr=False)
+
+    def components(self, cluster: Cluster) -> list[str]:
+        return ["jobset", "trainer"]
+
+    def build(self) -> list[Path]:
+        self.bin_dir = ensure_binaries()
+        return [self.bin_dir]
+
+    def install(self, cluster: Cluster, deadline: float) -> None:
+        install(cluster.api_client(), self.bin_dir, cluster.ports, cluster.pki,
+                timeout=max(5.0, deadline - time.monotonic()))
+
+    def start(self, cluster: Cluster, deadline: float) -> None:
+        cert_dir = serving_cert(cluster.pki)
+        configs = {"jobset": jobset_configuration(cluster.ports, cert_dir),
+                   "trainer": trainer_configuration(cluster.ports)}
+        for name, config in configs.items():
+            (cluster.state_dir / f"{name}-config.yaml").write_text(json.dumps(config, indent=2))
+        cluster.spawn("jobset", [f"--config={cluster.state_dir / 'jobset-config.yaml'}",
+                                 "--zap-log-level=2"], exe=self.bin_dir / JOBSET_EXE)
+        # TrainJobStatus (alpha, off by default) would start a status server that needs an
+        # in-cluster ServiceAccount token; it stays off.
+        cluster.spawn("trainer", [f"--config={cluster.state_dir / 'trainer-config.yaml'}",
+                                  "--feature-gates=TrainJobStatus=false", "--zap-log-level=2"],
+                      exe=self.bin_dir / TRAINER_EXE, env={"TMPDIR": str(cert_dir.parent.parent)})
+
+    def ready(self, cluster: Cluster, deadline: float) -> None:
+        for name in ("jobset", "trainer"):
+            cluster.wait_http(f"http://127.0.0.1:{cluster.ports[f'{name}_health']}/readyz", name,
+                              deadline)

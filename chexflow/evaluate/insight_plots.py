@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chexflow.evaluate.plots import _pyplot
+from chexflow.evaluate.plots import pyplot
 
 CAM_COLORMAP, CAM_ALPHA = "jet", 0.45
 
@@ -29,7 +29,7 @@ def cam_grid_figure(classes, images: np.ndarray, maps: np.ndarray, probs: np.nda
     """The report's grid: for each class, the test image it gave the highest probability
     (images[k], named names[k]) beside that image with the class's map over it, titled with
     the class, the probability and the image's label for the class (1, 0 or '?' if masked)."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = math.ceil(len(classes) / pairs_per_row)
     fig, axes = plt.subplots(rows, 2 * pairs_per_row, squeeze=False,
                              figsize=(2.0 * 2 * pairs_per_row, 2.35 * rows))
@@ -51,7 +51,7 @@ def cam_grid_figure(classes, images: np.ndarray, maps: np.ndarray, probs: np.nda
 def explain_figure(name: str, image: np.ndarray, maps: np.ndarray, probs: np.ndarray,
                    classes: list[str], cols: int = 5):
     """One image and, for each of `classes`, its map over the image and its probability."""
-    plt = _pyplot()
+    plt = pyplot()
     rows = math.ceil((len(classes) + 1) / cols)
     fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(2.2 * cols, 2.4 * rows))
     flat = [ax for row in axes for ax in row]
@@ -67,7 +67,7 @@ def explain_figure(name: str, image: np.ndarray, maps: np.ndarray, probs: np.nda
 def reliability_figure(calibration: dict, cols: int = 5):
     """One panel per class: its reliability points (mean probability against share of
     positives per bin, marker area by the bin's images) over the diagonal, ECE in the title."""
-    plt = _pyplot()
+    plt = pyplot()
     per_class = calibration["per_class"]
     rows = math.ceil(len(per_class) / cols)
     fig, axes = plt.subplots(rows, cols, squeeze=False, figsize=(2.6 * cols, 2.6 * rows),
@@ -100,7 +100,7 @@ def reliability_figure(calibration: dict, cols: int = 5):
 
 def save(fig, path: Path, dpi: int = 100) -> Path:
     """Write the figure as PNG and close it."""
-    plt = _pyplot()
+    plt = pyplot()
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return Path(path)

@@ -15,7 +15,8 @@ import numpy as np
 ROC_LIMITS = (-0.02, 1.02)
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,7 +41,7 @@ def roc_figure(classes, labels, probs, mask, summary: dict):
     included), the chance diagonal and CheXNet's AUROC in the title."""
     from chexflow.pathologies import CHEXNET_AUROC
 
-    plt = _pyplot()
+    plt = pyplot()
     cols = 4
     rows = math.ceil(len(classes) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), squeeze=False)
@@ -73,7 +74,7 @@ def roc_figure(classes, labels, probs, mask, summary: dict):
 
 
 def plot_roc(classes, labels, probs, mask, summary: dict, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig = roc_figure(classes, labels, probs, mask, summary)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -88,7 +89,7 @@ def _series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 
 def history_figure(history: list[dict[str, Any]]):
     """Three panels over epochs: train and validation loss, validation AUROC, learning rate."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (loss, auroc, lr) = plt.subplots(1, 3, figsize=(12, 3.4))
     for key, label in (("loss", "train loss"), ("val_loss", "validation loss")):
         epochs, values = _series(history, key)
@@ -113,7 +114,7 @@ def history_figure(history: list[dict[str, Any]]):
 
 def history_png(history: list[dict[str, Any]]) -> bytes:
     """history_figure as PNG bytes."""
-    plt = _pyplot()
+    plt = pyplot()
     fig = history_figure(history)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)

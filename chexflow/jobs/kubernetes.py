@@ -163,7 +163,7 @@ class KubernetesBackend:
         self.image = image
         self.service_account = service_account
         self.clean_pod_policy = clean_pod_policy
-        self._failed_attempts: dict[str, str] = {}  # pod/attempt -> its log tail
+        self.failed_attempts: dict[str, str] = {}  # pod/attempt -> its log tail
         self._incidents: dict[str, str] = {}  # what happened to worker pods, once each
         self._workers: dict[str, str] = {}  # worker pod name -> uid last seen
         self.retries = retries
@@ -194,7 +194,7 @@ class KubernetesBackend:
         if kind == "TrainJob":  # before anything is created: nothing to delete then
             self.check_runtime(obj["spec"]["runtimeRef"]["name"], obj)
         start = self.clock()
-        self._failed_attempts, self._incidents, self._workers = {}, {}, {}
+        self.failed_attempts, self._incidents, self._workers = {}, {}, {}
         if self.options.queue:  # before anything is created
             check_local_queue(self.custom, self.namespace, self.options.queue)
         with sigterm_raises():
@@ -216,8 +216,8 @@ class KubernetesBackend:
                 raise
         wall = self.clock() - start
         tail = self.log_tail(kind, spec.name)
-        if not tail.strip() and self._failed_attempts:  # the last attempt's pod is gone
-            tail = list(self._failed_attempts.values())[-1]
+        if not tail.strip() and self.failed_attempts:  # the last attempt's pod is gone
+            tail = list(self.failed_attempts.values())[-1]
         if cond["type"] == "Failed":  # the job's own failure, or its namespace's deletion?
             self.check_namespace(kind, spec.name,
                                  f"Failed, {cond.get('reason') or 'no reason'}")
@@ -581,7 +581,7 @@ class KubernetesBackend:
                 continue
             for attempt, how, previous in ended_attempts(pod, container):
                 key = f"{pod.metadata.name}/{attempt}"
-                if key in self._failed_attempts:
+                if key in self.failed_attempts:
                     continue
                 try:
                     tail = self._call(
@@ -591,9 +591,9 @@ class KubernetesBackend:
                     )
                 except ApiException:
                     tail = ""
-                self._failed_attempts[key] = tail
+                self.failed_attempts[key] = tail
                 lost = lost_rank(tail)
-                self._log(name, f"attempt {len(self._failed_attempts)} failed in pod "
+                self._log(name, f"attempt {len(self.failed_attempts)} failed in pod "
                                 f"{pod.metadata.name} (exit code {how.exit_code}: "
                                 f"{how.reason or 'Error'})" + (f": {lost}" if lost else ""))
 

@@ -72,13 +72,15 @@ def _allreduce_env(spec: JobSpec) -> dict[str, str]:
     return cpu_env(spec.gpus_per_worker) if spec.horovod else {}
 
 
-def _env(spec: JobSpec) -> list[dict[str, str]]:
+def container_env(spec: JobSpec) -> list[dict[str, str]]:
+    """A job container's environment: chexflow's defaults, then the spec's own."""
     base = {"PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "WARN", "CHEXFLOW_JOB_NAME": spec.name,
             **_allreduce_env(spec)}
     return [{"name": k, "value": str(v)} for k, v in {**base, **spec.env}.items()]
 
 
-def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+def pod_volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
+    """(volumes, mounts): shared memory and the spec's PVCs."""
     volumes: list[dict[str, Any]] = [
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}
     ]
@@ -95,16 +97,17 @@ def _volumes(spec: JobSpec) -> tuple[list[dict], list[dict]]:
     return volumes, mounts
 
 
-def _container(
+def container_spec(
     spec: JobSpec, name: str, image: str, command: list[str], resources: dict, mounts: list,
     options: ClusterOptions,
 ) -> dict[str, Any]:
+    """One container of a job's pods: its command, resources, mounts and environment."""
     container: dict[str, Any] = {
         "name": name,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
-        "env": _env(spec),
+        "env": container_env(spec),
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": {"runAsUser": options.run_as_user, "runAsNonRoot": True},
@@ -122,17 +125,19 @@ def worker_resources(spec: JobSpec) -> dict[str, dict[str, Any]]:
     return {"requests": requests, "limits": limits}
 
 
-def _metadata(spec: JobSpec, namespace: str, options: ClusterOptions) -> dict[str, Any]:
+def job_metadata(spec: JobSpec, namespace: str, options: ClusterOptions) -> dict[str, Any]:
+    """A job object's name, namespace and labels (Kueue's queue among them)."""
     labels = {**MANAGED_BY, "chexflow.io/job": spec.name, **spec.labels}
     if options.queue:  # Kueue's webhook suspends the job until its queue admits it
         labels[QUEUE_LABEL] = options.queue
     return {"name": spec.name, "namespace": namespace, "labels": labels}
 
 
-def _pod_template(
+def pod_template(
     spec: JobSpec, container: dict, volumes: list, role: str, service_account: str | None,
     options: ClusterOptions,
 ) -> dict[str, Any]:
+    """A pod template of `role` around `container`: placement, tolerations, labels."""
     pod: dict[str, Any] = {"containers": [container], "volumes": volumes}
     if service_account:
         pod["serviceAccountName"] = service_account
@@ -189,8 +194,8 @@ def render_mpijob(
         raise ValueError(f"clean_pod_policy must be one of {CLEAN_POD_POLICIES}")
     options = options or ClusterOptions()
     image = image or image_for(spec.environment)
-    volumes, mounts = _volumes(spec)
-    launcher = _container(
+    volumes, mounts = pod_volumes(spec)
+    launcher = container_spec(
         spec,
         "launcher",
         image,
@@ -199,7 +204,7 @@ def render_mpijob(
         mounts,
         options,
     )
-    worker = _container(
+    worker = container_spec(
         spec, "worker", image, list(WORKER_COMMAND), worker_resources(spec), mounts, options
     )
     worker["readinessProbe"] = copy.deepcopy(WORKER_READINESS)
@@ -216,7 +221,7 @@ def render_mpijob(
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": "MPIJob",
-        "metadata": _metadata(spec, namespace, options),
+        "metadata": job_metadata(spec, namespace, options),
         "spec": {
             "slotsPerWorker": spec.slots,
             "sshAuthMountPath": SSH_AUTH_MOUNT_PATH,
@@ -227,14 +232,14 @@ def render_mpijob(
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "OnFailure",
-                    "template": _pod_template(
+                    "template": pod_template(
                         spec, launcher, volumes, "launcher", service_account, options
                     ),
                 },
                 "Worker": {
                     "replicas": spec.workers,
                     "restartPolicy": "Never",
-                    "template": _pod_template(
+                    "template": pod_template(
                         spec, worker, volumes, "worker", service_account, options
                     ),
                 },
@@ -253,16 +258,16 @@ def render_batch_job(
     """The batch/v1 Job that runs a single-process `spec`."""
     options = options or ClusterOptions()
     image = image or image_for(spec.environment)
-    volumes, mounts = _volumes(spec)
-    container = _container(
+    volumes, mounts = pod_volumes(spec)
+    container = container_spec(
         spec, "main", image, list(spec.command), worker_resources(spec), mounts, options
     )
-    template = _pod_template(spec, container, volumes, "main", service_account, options)
+    template = pod_template(spec, container, volumes, "main", service_account, options)
     template["spec"]["restartPolicy"] = "Never"
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(spec, namespace, options),
+        "metadata": job_metadata(spec, namespace, options),
         "spec": {
             "backoffLimit": spec.backoff_limit or 0,
             "activeDeadlineSeconds": spec.timeout_seconds,

@@ -60,7 +60,7 @@ def _runtime_pod(container: dict, volumes: list, role: str) -> dict[str, Any]:
     """A pod template of the runtime: render.py's (a GPU pod's: it tolerates the GPU taint),
     without what belongs to one job."""
     probe = JobSpec(name=RUNTIME_NAME, command=["true"], horovod=True)
-    template = render._pod_template(probe, container, volumes, role, None, ClusterOptions())
+    template = render.pod_template(probe, container, volumes, role, None, ClusterOptions())
     template["metadata"]["labels"].pop("chexflow.io/job")
     template["spec"]["restartPolicy"] = "OnFailure" if role == LAUNCHER else "Never"
     container.pop("resources")  # the TrainJob's resourcesPerNode
@@ -69,8 +69,8 @@ def _runtime_pod(container: dict, volumes: list, role: str) -> dict[str, Any]:
 
 def _runtime_container(image: str, command: list[str] | None) -> tuple[dict, list]:
     probe = JobSpec(name=RUNTIME_NAME, command=["true"], horovod=True)
-    volumes, mounts = render._volumes(probe)
-    container = render._container(probe, CONTAINER, image, command or [],
+    volumes, mounts = render.pod_volumes(probe)
+    container = render.container_spec(probe, CONTAINER, image, command or [],
                                   {"limits": {render.GPU_RESOURCE: 1}}, mounts, ClusterOptions())
     for key in ("env",) + (() if command else ("command",)):
         container.pop(key)
@@ -156,7 +156,7 @@ def runtime_image_mismatch(runtime: dict[str, Any], trainjob: dict[str, Any]) ->
 
 def _pod_patch(spec: JobSpec, options: ClusterOptions) -> dict[str, Any]:
     """The job's own part of both pods: data PVCs, node selector, tolerations, pull secrets."""
-    volumes, mounts = render._volumes(spec)
+    volumes, mounts = render.pod_volumes(spec)
     pod: dict[str, Any] = {}
     data = [v for v in volumes if v["name"] != render.SHM_VOLUME]
     container: dict[str, Any] = {}
@@ -200,7 +200,7 @@ def render_trainjob(
         "numNodes": spec.workers,
         "numProcPerNode": spec.slots,
         "resourcesPerNode": render.worker_resources(spec),
-        "env": render._env(spec),
+        "env": render.container_env(spec),
     }
     patch = _pod_patch(spec, options)
     body: dict[str, Any] = {
@@ -215,7 +215,7 @@ def render_trainjob(
                 {"name": name, "template": {"spec": {"template": {"spec": copy.deepcopy(patch)}}}}
                 for name in (NODE, LAUNCHER)]}}}}]
     return {"apiVersion": TRAINJOB_API_VERSION, "kind": "TrainJob",
-            "metadata": render._metadata(spec, namespace, options), "spec": body}
+            "metadata": render.job_metadata(spec, namespace, options), "spec": body}
 
 
 def main(argv: list[str] | None = None) -> int:

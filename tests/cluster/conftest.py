@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.devcluster import binaries
+from chexflow.devcluster import addons, binaries
 from chexflow.devcluster.controlplane import LocalCluster
 from chexflow.envs import REPO_ROOT
 
@@ -59,7 +59,8 @@ def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     if binaries.missing(binaries.cache_dir()) and shutil.which("go", path=go_path) is None:
         pytest.skip("no Kubernetes binaries cached and no Go toolchain to build them")
     cluster = LocalCluster(tmp_path_factory.mktemp("k8s"), nodes=NODES,
-                           gpus_per_node=GPUS_PER_NODE, die_with_parent=True, real_node=True)
+                           gpus_per_node=GPUS_PER_NODE, die_with_parent=True,
+                           addons=addons.named(["real-node"]))
     cluster.start(timeout=240)
     old = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
@@ -173,7 +174,7 @@ def katib_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     while kubeproxy.holder() and time.monotonic() < deadline:
         time.sleep(5)
     cluster = LocalCluster(tmp_path_factory.mktemp("katib"), nodes=1, gpus_per_node=0,
-                           die_with_parent=True, katib=True)
+                           die_with_parent=True, addons=addons.named(["katib"]))
     cluster.start(timeout=600)
     try:
         yield cluster

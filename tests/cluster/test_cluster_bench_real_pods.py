@@ -24,6 +24,7 @@ from chexflow.bench.real_pods import (
     TRAINJOB_NAME,
     TRAINJOB_SIDE,
 )
+from chexflow.devcluster.trainer import Trainer
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.trainjob import RUNTIME_PLURAL, TRAINJOB_GROUP, TRAINJOB_VERSION
 
@@ -35,8 +36,8 @@ def test_bench_real_pods_runs_an_mpijob_and_a_trainjob_beside_local_horovodrun(
         k8s_cluster, k8s_api, trainer_image, tmp_path):
     from kubernetes import client
 
-    if not k8s_cluster.trainer:
-        k8s_cluster.add_trainer(timeout=180)
+    if not k8s_cluster.has("trainer"):
+        k8s_cluster.add(Trainer(), timeout=180)
     out = tmp_path / "bench"
     start = time.monotonic()
     proc = subprocess.run(

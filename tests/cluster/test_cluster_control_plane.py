@@ -216,7 +216,8 @@ def test_a_kwok_that_exits_while_nodes_come_up_is_started_again(tmp_path):
     import os
     import signal
 
-    from chexflow.devcluster.controlplane import LocalCluster, _alive
+    from chexflow.devcluster.controlplane import LocalCluster
+    from chexflow.devcluster.supervisor import runs
 
     cluster = LocalCluster(tmp_path / "c", nodes=1, gpus_per_node=0, die_with_parent=True)
     cluster.start(timeout=120)
@@ -224,13 +225,13 @@ def test_a_kwok_that_exits_while_nodes_come_up_is_started_again(tmp_path):
         first = cluster.processes["kwok"]
         os.kill(first["pid"], signal.SIGKILL)
         end = time.monotonic() + 10  # SIGKILL is delivered asynchronously: wait for the exit,
-        while _alive(first["pid"], first["exe"]) and time.monotonic() < end:  # or the wait
+        while runs(first["pid"], first["exe"]) and time.monotonic() < end:  # or the wait
             time.sleep(0.05)  # below can see Ready nodes and a kwok not yet gone
-        assert not _alive(first["pid"], first["exe"])
-        cluster._wait_kwok_nodes(cluster.api_client(), ["kwok-gpu-0"],
+        assert not runs(first["pid"], first["exe"])
+        cluster.wait_kwok_nodes(cluster.api_client(), ["kwok-gpu-0"],
                                  time.monotonic() + 60)
         again = cluster.processes["kwok"]
-        assert again["pid"] != first["pid"] and _alive(again["pid"], again["exe"])
+        assert again["pid"] != first["pid"] and runs(again["pid"], again["exe"])
         assert again["args"] == first["args"]
         cluster.check()  # every component runs
     finally:
@@ -245,12 +246,15 @@ def test_a_cluster_with_trainer_starts_again_on_the_same_folder(tmp_path):
     from kubernetes import client
 
     from chexflow.devcluster.controlplane import LocalCluster
+    from chexflow.devcluster.trainer import Trainer
 
     state = tmp_path / "state"
-    first = LocalCluster(state, nodes=1, gpus_per_node=0, die_with_parent=True, trainer=True)
+    first = LocalCluster(state, nodes=1, gpus_per_node=0, die_with_parent=True,
+                         addons=[Trainer()])
     first.start(timeout=300)
     first.stop()
-    again = LocalCluster(state, nodes=1, gpus_per_node=0, die_with_parent=True, trainer=True)
+    again = LocalCluster(state, nodes=1, gpus_per_node=0, die_with_parent=True,
+                         addons=[Trainer()])
     again.start(timeout=300)
     try:
         adm = client.AdmissionregistrationV1Api(again.api_client())

@@ -24,6 +24,7 @@ import pytest
 
 from chexflow.devcluster import coscheduling, nodes
 from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.coscheduling import Coscheduling
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.kubernetes import JobUnschedulable, KubernetesBackend
 from chexflow.jobs.spec import ClusterOptions, JobSpec
@@ -36,7 +37,7 @@ GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 @pytest.fixture(scope="module")
 def gang_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("gang"), nodes=2, gpus_per_node=8,
-                           die_with_parent=True, coscheduling=True)
+                           die_with_parent=True, addons=[Coscheduling()])
     start = time.monotonic()
     cluster.start(timeout=240)
     print(f"cluster with coscheduling up in {time.monotonic() - start:.1f} s", file=sys.stderr)

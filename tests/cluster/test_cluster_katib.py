@@ -65,7 +65,9 @@ def _wait_pod(core, ns: str, name: str, timeout: float = 120):
 KILLED_STARTER = """
 import sys
 from chexflow.devcluster.controlplane import LocalCluster
-LocalCluster(sys.argv[1], nodes=1, gpus_per_node=0, die_with_parent=True, katib=True).start(600)
+from chexflow.devcluster.katib import Katib
+LocalCluster(sys.argv[1], nodes=1, gpus_per_node=0, die_with_parent=True,
+             addons=[Katib()]).start(600)
 """
 
 
@@ -78,7 +80,7 @@ def _kube_rules() -> list[str]:
 @pytest.mark.before_katib_cluster
 def test_a_killed_katib_starter_leaves_no_iptables_rule_claim_or_bridge(tmp_path):
     """SIGKILL to the process starting a --katib cluster once kube-proxy has written its rules:
-    the reaper stops the cluster, removes every KUBE-* rule and chain and frees the claim.
+    the watcher stops the cluster, removes every KUBE-* rule and chain and frees the claim.
     (Runs before the session's Katib cluster: one kube-proxy per machine.)"""
     from chexflow.devcluster import kubeproxy
 
@@ -367,9 +369,10 @@ def test_a_second_katib_cluster_is_refused_in_one_line_naming_the_first(katib_cl
     machine. The second is refused before it starts anything; the first keeps its rules."""
     from chexflow.devcluster import kubeproxy
     from chexflow.devcluster.controlplane import LocalCluster
+    from chexflow.devcluster.katib import Katib
 
     second = LocalCluster(tmp_path / "second", nodes=1, gpus_per_node=0, die_with_parent=True,
-                          katib=True)
+                          addons=[Katib()])
     with pytest.raises(kubeproxy.KubeProxyError) as e:
         second.start(timeout=60)
     message = str(e.value)

@@ -18,6 +18,7 @@ import time
 
 import pytest
 
+from chexflow.devcluster.trainer import Trainer
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.trainjob import (
     JOBSET_LABEL,
@@ -83,8 +84,8 @@ def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
 
     from chexflow.katib.experiment.spec import load_experiment
 
-    if not katib_cluster.trainer:  # Trainer and JobSet, then Katib's controller restarted
-        katib_cluster.add_trainer(timeout=300)
+    if not katib_cluster.has("trainer"):  # Trainer and JobSet, then Katib's controller restarted
+        katib_cluster.add(Trainer(), timeout=300)
     api, ns = katib_cluster.api_client(), katib_namespace
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     with_image = horovod_runtime(image=katib_trainer_image)  # the node pods' image

@@ -21,6 +21,7 @@ import pytest
 
 from chexflow.devcluster import kueue, nodes
 from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.kueue import Kueue
 
 pytestmark = pytest.mark.cluster
 
@@ -31,7 +32,7 @@ NODES, GPUS = 2, 8
 @pytest.fixture(scope="module")
 def kueue_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     cluster = LocalCluster(tmp_path_factory.mktemp("kueue"), nodes=NODES, gpus_per_node=GPUS,
-                           die_with_parent=True, kueue=True)
+                           die_with_parent=True, addons=[Kueue()])
     start = time.monotonic()
     cluster.start(timeout=240)
     print(f"cluster with Kueue up in {time.monotonic() - start:.1f} s; kueue resident "

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from chexflow.devcluster.nodes import HOLD_LABEL
+from chexflow.devcluster.trainer import Trainer
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.kubernetes import KubernetesBackend
 from chexflow.jobs.spec import JobSpec
@@ -38,8 +39,8 @@ def kwok_runtime(k8s_cluster):
     whose node pods kwok keeps running (as sshd would) until the launcher's pod completes."""
     from kubernetes import client
 
-    if not k8s_cluster.trainer:
-        k8s_cluster.add_trainer(timeout=180)
+    if not k8s_cluster.has("trainer"):
+        k8s_cluster.add(Trainer(), timeout=180)
     body = copy.deepcopy(horovod_runtime())
     body["metadata"]["name"] = RUNTIME
     for rjob in body["spec"]["template"]["spec"]["replicatedJobs"]:

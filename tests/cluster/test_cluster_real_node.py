@@ -132,7 +132,7 @@ def test_a_second_cluster_runs_beside_and_its_stop_leaves_nothing_behind(
 
     first = realnode.RealNode(k8s_cluster.state_dir)
     second = LocalCluster(tmp_path / "second", nodes=1, gpus_per_node=0, die_with_parent=True,
-                          real_node=True, node_images=[base_archive().archive])
+                          addons=[realnode.RealNodes(images=[base_archive().archive])])
     second.start(timeout=240)
     node = realnode.RealNode(second.state_dir)
     try:
@@ -163,8 +163,9 @@ def _wait_clean(node: realnode.RealNode, timeout: float) -> None:
 KILLED_STARTER = """
 import sys, time
 from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.realnode import RealNodes
 cluster = LocalCluster(sys.argv[1], nodes=1, gpus_per_node=0, die_with_parent=True,
-                       real_node=True, node_images=[sys.argv[2]])
+                       addons=[RealNodes(images=[sys.argv[2]])])
 cluster.start(timeout=240)
 print("up", flush=True)
 time.sleep(3600)
@@ -172,7 +173,7 @@ time.sleep(3600)
 
 
 def test_a_killed_starter_leaves_no_process_mount_cgroup_or_bridge(tmp_path, base_image):
-    """SIGKILL to the process that started the cluster: its reaper stops everything."""
+    """SIGKILL to the process that started the cluster: its watcher stops everything."""
     from kubernetes import client, config
 
     state = tmp_path / "killed"

@@ -36,7 +36,7 @@ def second_node(k8s_cluster, trainer_image) -> realnode.RealNode:
     realnode.EXTRA_NODE_TAINT, so the other tests' pods never land there."""
     from chexflow.devcluster.images import build_image
 
-    node = k8s_cluster.add_real_node(timeout=180)
+    node = k8s_cluster.addon("real-node").add_node(k8s_cluster, time.monotonic() + 180)
     node.import_image(build_image("trainer").archive)  # cached: the trainer_image build
     return node
 

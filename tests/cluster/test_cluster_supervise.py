@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.devcluster.controlplane import LocalCluster, _alive
+from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.supervisor import runs
 from chexflow.envs import REPO_ROOT
 
 pytestmark = pytest.mark.cluster
@@ -46,7 +47,7 @@ def _wait_restarted(state: Path, name: str, old_pid: int, timeout: float = 60) -
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         proc = json.loads((state / "cluster.json").read_text())["processes"][name]
-        if proc["pid"] != old_pid and _alive(proc["pid"], proc["exe"]):
+        if proc["pid"] != old_pid and runs(proc["pid"], proc["exe"]):
             return proc
         time.sleep(0.5)
     raise AssertionError(f"{name} not restarted in {timeout:.0f} s; "

@@ -1,5 +1,5 @@
 """Kubeflow Trainer v2 on the session cluster (JobSet and Trainer's controller manager built from
-their Go modules and started on it lazily, LocalCluster.add_trainer): chexflow's Horovod
+their Go modules and started on it lazily, LocalCluster.add(Trainer()): chexflow's Horovod
 ClusterTrainingRuntime runs a TrainJob submitted with `chexflow mpijob submit --job-kind
 trainjob` on real pods: two nodes (the launcher is one: runLauncherAsNode) train DenseNet-121
 with Horovod size 2 on generated TFRecords. Stopping the command deletes the TrainJob and its
@@ -17,6 +17,7 @@ import time
 import pytest
 
 from chexflow.devcluster import nodes
+from chexflow.devcluster.trainer import Trainer
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.trainjob import (
     JOBSET_LABEL,
@@ -42,9 +43,9 @@ def trainer_cluster(k8s_cluster, trainer_image):
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    if not k8s_cluster.trainer:
+    if not k8s_cluster.has("trainer"):
         start = time.monotonic()
-        k8s_cluster.add_trainer(timeout=180)
+        k8s_cluster.add(Trainer(), timeout=180)
         print(f"Trainer and JobSet up in {time.monotonic() - start:.1f} s", file=sys.stderr)
     custom = client.CustomObjectsApi(k8s_cluster.api_client())
     body = horovod_runtime(image=trainer_image)

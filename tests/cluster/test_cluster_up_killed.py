@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from chexflow.devcluster.controlplane import COMPONENT_MARK, process_alive
+from chexflow.devcluster.supervisor import COMPONENT_MARK, process_alive
 from chexflow.envs import REPO_ROOT
 from chexflow.processes import marked
 
@@ -116,9 +116,9 @@ def test_with_its_watcher_killed_too_status_names_what_never_started_and_up_clea
         status = _cli("status", "--dir", str(state))
         assert status.returncode == 1, status.stdout
         lines = status.stdout.splitlines()
-        never = [n for n in ("kube-controller-manager", "kube-scheduler", "kwok",
-                             "coscheduling-scheduler", "podgroup-controller", "mpi-operator",
-                             "kueue") if n not in recorded]
+        never = [n for n in ("kube-controller-manager", "kube-scheduler", "kwok", "mpi-operator",
+                             "coscheduling-scheduler", "podgroup-controller", "kueue")
+                 if n not in recorded]
         assert "kueue" in never and "mpi-operator" in never, recorded
         for name in never:
             assert any(ln.split()[:3] == [name, "NOT", "STARTED"] for ln in lines), status.stdout

@@ -1,17 +1,15 @@
-"""Stops a cluster when the process that started it dies (even by SIGKILL), and with
-`--supervise` restarts its components that exit (chexflow.devcluster.supervise).
+"""The watcher of a local cluster (supervisor.start_watcher starts it, detached):
 
-PR_SET_PDEATHSIG ends the control plane's processes with their parent, but the real node also
-leaves pods, containerd shims, mounts, cgroups and a bridge, and with Katib kube-proxy's
-iptables rules and its claim on the machine, which only a cleanup removes:
-
-    python -m chexflow.devcluster.reaper STATE_DIR PARENT_PID [--supervise] [--until-ready]
+    python -m chexflow.devcluster.watcher STATE_DIR PARENT_PID [--supervise] [--until-ready]
 
 polls PARENT_PID (0: none, a detached cluster); when it is gone while STATE_DIR/cluster.json
-still exists, it stops the cluster recorded there. With `--until-ready` it watches PARENT_PID
-only until the cluster is ready (a detached `chexflow cluster up`, which may be killed while it
-starts the components, and whose cluster then outlives it). It exits by itself once the cluster
-is stopped normally.
+still exists, it stops the cluster recorded there, the add-ons' cleanup included (the real
+node's pods, mounts, cgroups and bridge; kube-proxy's rules and its claim on the machine), which
+PR_SET_PDEATHSIG alone would leave behind. With `--until-ready` it watches PARENT_PID only until
+the cluster is ready (a detached `chexflow cluster up`, which may be killed while it starts the
+components, and whose cluster then outlives it). With `--supervise` it restarts the components
+that exit once the cluster is ready (Supervisor.restart_dead) and records itself in
+supervisor.json. It exits by itself once the cluster is stopped.
 """
 
 from __future__ import annotations
@@ -22,15 +20,14 @@ import sys
 import time
 from pathlib import Path
 
+from chexflow.devcluster.controlplane import LocalCluster
+from chexflow.devcluster.supervisor import STATE_FILE, WATCHER_FILE, process_alive
+
 
 def watch(state_dir: Path, parent: int, poll: float = 1.0, supervise: bool = False,
           until_ready: bool = False) -> None:
-    from chexflow.devcluster import supervise as sv
-    from chexflow.devcluster.controlplane import STATE_FILE, LocalCluster, process_alive
-
     if supervise:
-        (state_dir / sv.SUPERVISOR_FILE).write_text(json.dumps({"pid": os.getpid(),
-                                                                "parent": parent}))
+        (state_dir / WATCHER_FILE).write_text(json.dumps({"pid": os.getpid(), "parent": parent}))
     while (state_dir / STATE_FILE).exists():
         try:
             cluster = LocalCluster.attach(state_dir)
@@ -44,7 +41,7 @@ def watch(state_dir: Path, parent: int, poll: float = 1.0, supervise: bool = Fal
         if parent and not process_alive(parent):
             cluster.stop()
             return
-        for name in sv.restart_dead(cluster) if supervise and cluster.ready else []:
+        for name in cluster.supervisor.restart_dead() if supervise and cluster.ready else []:
             print(f"{time.strftime('%H:%M:%S')} restarted {name} "
                   f"(restart {cluster.processes[name]['restarts']})", flush=True)
         time.sleep(poll)
