@@ -107,3 +107,26 @@ def test_routes_send_the_service_range_and_other_nodes_pod_subnets_through_the_n
                               {"dst": "198.18.3.0/24", "gw": "198.18.7.1"}]
     assert conf["plugins"][0]["ipMasq"] is False
     assert [n.index for n in realnode.all_nodes(tmp_path)] == []  # no first node folder
+
+
+def test_every_nodes_containerd_reads_the_registry_hosts_the_registry_add_on_writes(tmp_path):
+    import tomllib
+
+    from chexflow.devcluster.registry import hosts_toml
+
+    state = tmp_path / "c"
+    nodes = [realnode.RealNode(state, i) for i in (0, 1)]
+    try:
+        configs = [tomllib.loads(node.containerd_config().read_text()) for node in nodes]
+    finally:  # the sockets' folder it makes under /run
+        for node in nodes:
+            node.run_dir.rmdir()
+    for config in configs:
+        registry = config["plugins"]["io.containerd.grpc.v1.cri"]["registry"]
+        assert registry["config_path"] == str(state.resolve() / "certs.d")
+    ca = tmp_path / "ca.crt"
+    hosts = tomllib.loads(hosts_toml(state.resolve() / "certs.d", "198.18.0.1:5000", ca)
+                          .read_text())
+    assert hosts["server"] == "https://198.18.0.1:5000"
+    assert hosts["host"]["https://198.18.0.1:5000"] == {"capabilities": ["pull", "resolve"],
+                                                       "ca": str(ca)}

@@ -16,11 +16,12 @@ from chexflow.devcluster.katib import Katib
 from chexflow.devcluster.kubeproxy import KubeProxy
 from chexflow.devcluster.kueue import Kueue
 from chexflow.devcluster.realnode import RealNodes
+from chexflow.devcluster.registry import ClusterRegistry
 from chexflow.devcluster.supervisor import DevClusterError
 from chexflow.devcluster.trainer import Trainer
 
 TABLE: dict[str, type[AddOn]] = {a.name: a for a in (
-    RealNodes, KubeProxy, Coscheduling, Kueue, Trainer, Katib)}
+    RealNodes, KubeProxy, ClusterRegistry, Coscheduling, Kueue, Trainer, Katib)}
 
 
 def resolve(asked: Iterable[AddOn]) -> list[AddOn]:

@@ -70,8 +70,12 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
     _dir_arg(status)
     status.set_defaults(func=cmd_status)
 
-    down = sub.add_parser("down", help="stop the cluster started from --dir")
+    down = sub.add_parser("down", help="stop the cluster started from --dir; its real nodes' "
+                          "images are removed (they are in the registry or the images cache)")
     _dir_arg(down)
+    down.add_argument("--keep-images", action="store_true",
+                      help="keep the real nodes' containerd content (the pulled and loaded "
+                           "images, several GB with the trainer's) for the next `cluster up`")
     down.set_defaults(func=cmd_down)
 
     env = sub.add_parser("env", help="print `export KUBECONFIG=...` for eval")
@@ -177,10 +181,13 @@ def _clean_unfinished_start(state_dir: Path) -> None:
 
 def cmd_down(args: argparse.Namespace) -> int:
     from chexflow.devcluster.controlplane import LocalCluster
+    from chexflow.devcluster.realnode import drop_images
 
     cluster = LocalCluster.attach(args.dir)
     cluster.stop()
-    print(f"cluster in {args.dir} stopped", file=sys.stderr)
+    freed = 0 if args.keep_images else drop_images(args.dir)
+    print(f"cluster in {args.dir} stopped" + (f"; its nodes' images removed ({freed / 1e9:.1f} "
+          "GB; --keep-images keeps them)" if freed else ""), file=sys.stderr)
     return 0
 
 

@@ -10,8 +10,18 @@ pull-secret`), registry.log and storage/ (blobs and manifests; another folder ma
 The serving certificate is the CA's, in its pki folder (certs.server_cert). It listens on
 `host:port`; in a cluster, an address its nodes' containerd and this machine reach alike.
 
-Lifecycle: configure(), then start() (which waits until wait_ready()) and stop(); `cluster up`
-does not start it yet: a cluster add-on calls these (or supervises command()).
+In the local cluster it is the `registry` add-on (ClusterRegistry, `cluster up --registry`):
+served on the apiserver's address (a real node's bridge address when there are real nodes, so
+that their containerd, pods and this machine reach it alike), supervised with the other
+components, its files in <state_dir>/registry, its storage shared by the clusters of this
+machine (shared_storage()). Every real node's containerd reads
+<state_dir>/certs.d (realnode.RealNode.containerd_config), where the add-on writes the
+registry's hosts.toml: containerd's per-registry settings, here the CA it trusts. Pods pull from
+it as on any cluster: by reference (a digest), with the login from an imagePullSecret
+(`chexflow images pull-secret`), which the kubelet hands to containerd.
+
+Outside a cluster (the registry tests): configure(), then start() (which waits until
+wait_ready()) and stop().
 """
 
 from __future__ import annotations
@@ -25,12 +35,13 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from chexflow.devcluster import certs
+from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.devcluster.binaries import GO_DIR, GoBuild
 from chexflow.errors import ChexflowError
 
@@ -159,6 +170,73 @@ class Registry:
             if time.monotonic() > deadline:
                 raise RegistryError(f"the registry on {self.address} did not answer within "
                                     f"{timeout:.0f} s (log {self.log_file})")
+            time.sleep(0.2)
+
+
+def shared_storage() -> Path:
+    """The blobs and manifests of every local cluster's registry: one store in chexflow's
+    cache (CHEXFLOW_CACHE), so a layer pushed for one cluster is there for the next (podman
+    sends only the layers a registry lacks) and `cluster down` leaves no image in --dir."""
+    from chexflow.container_images import cache_folder
+
+    return cache_folder() / "registry" / "storage"
+
+
+def hosts_toml(certs_dir: Path, address: str, ca: Path) -> Path:
+    """containerd's settings for the registry at `address` (its hosts.toml under `certs_dir`,
+    containerd's registry config_path): pull and resolve over TLS, trusting `ca`."""
+    folder = certs_dir / address
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "hosts.toml"
+    path.write_text(f'server = "https://{address}"\n\n[host."https://{address}"]\n'
+                    f'  capabilities = ["pull", "resolve"]\n  ca = "{ca}"\n')
+    return path
+
+
+@dataclass
+class ClusterRegistry(AddOn):
+    """The cluster's registry (module docstring): distribution's `registry serve` under the
+    supervisor, on the apiserver's address, and its hosts.toml for the nodes' containerd."""
+
+    name = "registry"
+    help = ("also an OCI registry (distribution, built from its Go module on first use) on the "
+            "apiserver's address, over TLS with the cluster's CA and a login; real nodes pull "
+            "from it (push with chexflow images push)")
+    ports = ("registry",)
+    storage: Path | None = None  # default: shared_storage()
+    bin_dir: Path | None = field(default=None, init=False, repr=False)
+
+    def at(self, cluster: Cluster) -> Registry:
+        """The registry of `cluster` (its folder, address, port and storage)."""
+        return Registry(cluster.state_dir / "registry", cluster.host, cluster.ports["registry"],
+                        self.storage or shared_storage())
+
+    def components(self, cluster: Cluster) -> list[str]:
+        return [EXE]
+
+    def describe(self, cluster: Cluster) -> str:
+        registry = self.at(cluster)
+        return f"registry {registry.address} (login: --authfile {registry.auth_file})"
+
+    def build(self) -> list[Path]:
+        self.bin_dir = ensure_binaries()
+        return [self.bin_dir]
+
+    def start(self, cluster: Cluster, deadline: float) -> None:
+        registry = self.at(cluster)
+        registry.configure(cluster.pki, self.bin_dir)
+        hosts_toml(cluster.state_dir / "certs.d", registry.address, cluster.pki.ca)
+        cluster.spawn(EXE, ["serve", str(registry.config_file)], exe=self.bin_dir / EXE,
+                      env=ENV)
+
+    def ready(self, cluster: Cluster, deadline: float) -> None:
+        """Until GET /v2/ answers 401 over TLS (certificate and login in place)."""
+        address = self.at(cluster).address
+        while probe(address, cluster.pki.ca, None, timeout=2) != 401:
+            cluster.check()
+            if time.monotonic() > deadline:
+                raise RegistryError(f"the registry on {address} did not answer; see "
+                                    f"{cluster.log_dir}/{EXE}.log")
             time.sleep(0.2)
 
 

@@ -60,7 +60,7 @@ def k8s_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
         pytest.skip("no Kubernetes binaries cached and no Go toolchain to build them")
     cluster = LocalCluster(tmp_path_factory.mktemp("k8s"), nodes=NODES,
                            gpus_per_node=GPUS_PER_NODE, die_with_parent=True,
-                           addons=addons.named(["real-node"]))
+                           addons=addons.named(["real-node", "registry"]))
     cluster.start(timeout=240)
     old = os.environ.get("KUBECONFIG")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
@@ -184,10 +184,10 @@ def katib_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
 
 
 def drop_node_images(cluster: LocalCluster) -> None:
-    """After a stop: the real nodes' containerd content and snapshots (the unpacked images,
-    5.9 GB for the trainer's), kept in ~/.cache/chexflow/images anyway; the logs stay."""
-    for root in cluster.state_dir.glob("*/containerd/root"):
-        shutil.rmtree(root, ignore_errors=True)
+    """After a stop: the real nodes' images, as `chexflow cluster down` removes them."""
+    from chexflow.devcluster.realnode import drop_images
+
+    drop_images(cluster.state_dir)
 
 
 @pytest.fixture

@@ -126,7 +126,11 @@ def _host_state(node: realnode.RealNode) -> dict:
             "cgroups": [str(d) for d in node._cgroup_dirs()]}
 
 
-def test_a_second_cluster_runs_beside_and_its_stop_leaves_nothing_behind(
+def _size(folder: Path) -> int:
+    return sum(f.lstat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def test_a_second_cluster_runs_beside_and_cluster_down_leaves_nothing_behind_nor_its_images(
         k8s_cluster, tmp_path, base_image):
     from kubernetes import client
 
@@ -147,9 +151,17 @@ def test_a_second_cluster_runs_beside_and_its_stop_leaves_nothing_behind(
         # the node's pods weigh what the machine's cores weigh against the host's processes
         shares = Path("/sys/fs/cgroup/cpu", node.cgroup_root.lstrip("/"), "cpu.shares")
         assert int(shares.read_text()) == realnode.NODE_CPU_SHARES == (os.cpu_count() or 1) * 1024
+        # the base image, loaded and unpacked for the pod, is most of the folder
+        assert _size(node.dir / "containerd" / "root") > 100e6
     finally:
-        second.stop()
+        down = subprocess.run([sys.executable, "-m", "chexflow.cli", "cluster", "down", "--dir",
+                               str(second.state_dir)], capture_output=True, text=True,
+                              timeout=300)
+    assert down.returncode == 0, down.stderr
+    assert "its nodes' images removed" in down.stderr, down.stderr
     _wait_clean(node, timeout=5)
+    assert _size(second.state_dir) < 100e6
+    assert not (node.dir / "containerd" / "root").exists()
 
 
 def _wait_clean(node: realnode.RealNode, timeout: float) -> None:

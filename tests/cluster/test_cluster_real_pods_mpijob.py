@@ -1,14 +1,21 @@
-"""An MPIJob rendered by `chexflow mpijob render` trains DenseNet-121 with Horovod across two
+"""An MPIJob rendered by `chexflow job render` trains DenseNet-121 with Horovod across two
 real worker pods on two real nodes: a second containerd + kubelet + bridge is added to the
 session's cluster, the workers must land on different nodes (required pod anti-affinity on the
 hostname), the launcher's mpirun reaches each worker's sshd (non-root user, port 2222) by its
 hostfile name through the cluster DNS, and the ranks' allreduce crosses from one node's bridge
-to the other's through the host."""
+to the other's through the host.
+
+The image comes as on any cluster: `chexflow images push` puts the trainer in the cluster's
+registry (the `registry` add-on: distribution over TLS with a login), the job is rendered from
+the references file the push wrote (no --image), `chexflow images pull-secret --apply` makes
+the namespace's pull Secret, and each node's containerd pulls the image by digest with it
+(nothing is side-loaded into the second node)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import subprocess
 import sys
 import time
@@ -31,14 +38,28 @@ ROLE_LABEL = "training.kubeflow.org/job-role"
 
 
 @pytest.fixture(scope="module")
-def second_node(k8s_cluster, trainer_image) -> realnode.RealNode:
-    """A second real node on the session cluster, with the trainer image loaded. It carries
+def second_node(k8s_cluster) -> realnode.RealNode:
+    """A second real node on the session cluster, no image loaded. It carries
     realnode.EXTRA_NODE_TAINT, so the other tests' pods never land there."""
-    from chexflow.devcluster.images import build_image
+    return k8s_cluster.addon("real-node").add_node(k8s_cluster, time.monotonic() + 180)
 
-    node = k8s_cluster.addon("real-node").add_node(k8s_cluster, time.monotonic() + 180)
-    node.import_image(build_image("trainer").archive)  # cached: the trainer_image build
-    return node
+
+@pytest.fixture(scope="module")
+def pushed_trainer(k8s_cluster, trainer_image, tmp_path_factory) -> tuple[dict, str]:
+    """The trainer (built for the session: trainer_image) pushed to the cluster's registry:
+    (the environment naming the references file the push wrote, the pushed reference)."""
+    registry = k8s_cluster.addon("registry").at(k8s_cluster)
+    env = {**os.environ, "KUBECONFIG": str(k8s_cluster.kubeconfig),
+           "REGISTRY_AUTH_FILE": str(registry.auth_file),
+           "CHEXFLOW_IMAGES_FILE": str(tmp_path_factory.mktemp("pushed") / "images.json")}
+    out = subprocess.run(
+        [*CHEXFLOW, "images", "push", "trainer", "--registry", f"{registry.address}/chexflow",
+         "--ca-file", str(k8s_cluster.pki.ca)],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    reference = out.stdout.strip()
+    assert reference.startswith(f"{registry.address}/chexflow/trainer:") and "@sha256:" in reference
+    return env, reference
 
 
 @pytest.fixture
@@ -78,20 +99,24 @@ def _wait_finished(custom, core, ns: str, name: str, timeout: float,
     raise AssertionError(f"MPIJob {ns}/{name} not finished after {timeout:.0f} s: {job}")
 
 
-def test_mpijob_workers_on_two_real_nodes_train_with_horovod_size_2(
-        k8s_api, two_node_namespace, trainer_image, second_node):
+def test_mpijob_workers_on_two_real_nodes_pull_the_pushed_trainer_by_digest_and_train(
+        k8s_api, two_node_namespace, pushed_trainer, second_node):
     from kubernetes import client
 
     ns, data = two_node_namespace
+    env, reference = pushed_trainer
     generated_tfrecords(data)
+    subprocess.run([*CHEXFLOW, "images", "pull-secret", "--name", "registry-login",
+                    "--namespace", ns, "--apply"], env=env, check=True, cwd=REPO_ROOT,
+                   capture_output=True, timeout=60)
     rendered = subprocess.run(
-        [*CHEXFLOW, "mpijob", "render", "--name", "spread", "--namespace", ns, "--workers", "2",
+        [*CHEXFLOW, "job", "render", "--name", "spread", "--namespace", ns, "--workers", "2",
          "--gpus-per-worker", "0", "--cpu", "750m", "--memory", "3Gi", "--pvc", "data",
-         "--mount-path", "/data", "--image", trainer_image, "--timeout", "900", "--",
-         "chexflow", "train", "--launcher", "none", "--data", "/data/tfrecords",
+         "--mount-path", "/data", "--image-pull-secret", "registry-login", "--timeout", "900",
+         "--", "chexflow", "train", "--launcher", "none", "--data", "/data/tfrecords",
          "--out", "/data/run", "--model", "densenet121", "--image-size", "64",
          "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--threads", "1"],
-        check=True, cwd=REPO_ROOT, capture_output=True, text=True).stdout
+        check=True, cwd=REPO_ROOT, capture_output=True, text=True, env=env).stdout
     job = yaml.safe_load(rendered)
     # one worker per node, as a GPU job's whole-node requests would place them
     job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"] = {
@@ -113,6 +138,17 @@ def test_mpijob_workers_on_two_real_nodes_train_with_horovod_size_2(
              for n in realnode.all_nodes(second_node.state_dir)}
     for node, ip in workers.values():
         assert ipaddress.ip_address(ip) in cidrs[node], workers
+    # both nodes pulled the pushed digest from the registry (the second had nothing loaded)
+    digest = reference.split("@")[1]
+    for pod in (launcher, *core.list_namespaced_pod(ns).items):
+        for spec in pod.spec.containers:
+            assert spec.image == reference, (pod.metadata.name, spec.image)
+    assert launcher.status.container_statuses[0].image_id.endswith(digest), launcher.status
+    pulled = [e.message for e in core.list_namespaced_event(ns).items if e.reason == "Pulled"]
+    assert any(reference in m and "Successfully pulled" in m for m in pulled), pulled
+    repository = reference.split("@")[0].rsplit(":", 1)[0]
+    assert f"{repository}@{digest}" in second_node.ctr(
+        "images", "list", "--quiet").stdout.split()
     metrics = json.loads((data / "run" / "metrics.json").read_text())
     assert metrics["workers"] == 2 and metrics["model"] == "densenet121", metrics
     assert f"val_auroc={metrics['val_auroc']:.6g}" in log
