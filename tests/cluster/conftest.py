@@ -103,6 +103,24 @@ def trainer_image(k8s_cluster) -> str:
     return load_image(k8s_cluster.state_dir, build_image("trainer"))
 
 
+@pytest.fixture(scope="package")
+def pushed_trainer(k8s_cluster, trainer_image, tmp_path_factory) -> tuple[dict, str]:
+    """The trainer (built for the session: trainer_image) pushed to the cluster's registry:
+    (the environment naming the references file the push wrote, the pushed reference)."""
+    registry = k8s_cluster.addon("registry").at(k8s_cluster)
+    env = {**os.environ, "KUBECONFIG": str(k8s_cluster.kubeconfig),
+           "REGISTRY_AUTH_FILE": str(registry.auth_file),
+           "CHEXFLOW_IMAGES_FILE": str(tmp_path_factory.mktemp("pushed") / "images.json")}
+    out = subprocess.run(
+        [sys.executable, "-m", "chexflow.cli", "images", "push", "trainer", "--registry",
+         f"{registry.address}/chexflow", "--ca-file", str(k8s_cluster.pki.ca)],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    reference = out.stdout.strip()
+    assert reference.startswith(f"{registry.address}/chexflow/trainer:") and "@sha256:" in reference
+    return env, reference
+
+
 def load_image(state_dir: Path, image) -> str:
     """Import a built image (images.BuiltImage) into a real node's containerd unless it is
     there already (its reference names its content); returns the reference. An earlier test

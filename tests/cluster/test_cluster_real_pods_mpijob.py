@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import subprocess
 import sys
 import time
@@ -42,24 +41,6 @@ def second_node(k8s_cluster) -> realnode.RealNode:
     """A second real node on the session cluster, no image loaded. It carries
     realnode.EXTRA_NODE_TAINT, so the other tests' pods never land there."""
     return k8s_cluster.addon("real-node").add_node(k8s_cluster, time.monotonic() + 180)
-
-
-@pytest.fixture(scope="module")
-def pushed_trainer(k8s_cluster, trainer_image, tmp_path_factory) -> tuple[dict, str]:
-    """The trainer (built for the session: trainer_image) pushed to the cluster's registry:
-    (the environment naming the references file the push wrote, the pushed reference)."""
-    registry = k8s_cluster.addon("registry").at(k8s_cluster)
-    env = {**os.environ, "KUBECONFIG": str(k8s_cluster.kubeconfig),
-           "REGISTRY_AUTH_FILE": str(registry.auth_file),
-           "CHEXFLOW_IMAGES_FILE": str(tmp_path_factory.mktemp("pushed") / "images.json")}
-    out = subprocess.run(
-        [*CHEXFLOW, "images", "push", "trainer", "--registry", f"{registry.address}/chexflow",
-         "--ca-file", str(k8s_cluster.pki.ca)],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    reference = out.stdout.strip()
-    assert reference.startswith(f"{registry.address}/chexflow/trainer:") and "@sha256:" in reference
-    return env, reference
 
 
 @pytest.fixture

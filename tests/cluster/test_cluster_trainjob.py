@@ -1,8 +1,10 @@
 """Kubeflow Trainer v2 on the session cluster (JobSet and Trainer's controller manager built from
-their Go modules and started on it lazily, LocalCluster.add(Trainer()): chexflow's Horovod
-ClusterTrainingRuntime runs a TrainJob submitted with `chexflow mpijob submit --job-kind
-trainjob` on real pods: two nodes (the launcher is one: runLauncherAsNode) train DenseNet-121
-with Horovod size 2 on generated TFRecords. Stopping the command deletes the TrainJob and its
+their Go modules and started on it lazily, LocalCluster.add(Trainer())): chexflow's Horovod
+ClusterTrainingRuntime, rendered by `chexflow images render` for the trainer pushed to the
+cluster's registry, runs a TrainJob submitted with `chexflow job submit --job-kind trainjob` on
+real pods that pull the image by digest: two nodes (the launcher is one: runLauncherAsNode)
+train DenseNet-121 with Horovod size 2 on generated TFRecords. The pipeline runs TrainJobs on the
+session's runtime (the side-loaded image). Stopping the command deletes the TrainJob and its
 JobSet; a runtime that does not exist ends the command with one line."""
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from chexflow.devcluster import nodes
 from chexflow.devcluster.trainer import Trainer
@@ -34,6 +37,8 @@ from tests.cluster.conftest import generated_tfrecords
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
 CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
+# the runtime rendered for the pushed trainer, beside the session's chexflow-horovod
+PUSHED_RUNTIME = "chexflow-horovod-pushed"
 
 
 @pytest.fixture(scope="module")
@@ -71,24 +76,44 @@ def _wait_for(what: str, check, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
-def test_trainjob_on_chexflows_runtime_trains_densenet_with_horovod_size_2_on_real_pods(
-        trainer_cluster, k8s_api, real_namespace, trainer_image):
+def test_a_trainjob_on_the_runtime_rendered_for_the_pushed_trainer_pulls_it_and_trains(
+        trainer_cluster, k8s_api, real_namespace, pushed_trainer, tmp_path):
+    """The runtime `chexflow images render` writes for the references file of a push (applied
+    under a name of its own: the session's runtime names the side-loaded image), and a
+    TrainJob on it as Kubeflow's docs write one (spec.trainer.image, from the references file),
+    whose pods pull the image by digest with chexflow's pull Secret."""
     from kubernetes import client
+    from kubernetes.client.rest import ApiException
 
     ns, data = real_namespace
+    env, reference = pushed_trainer
     generated_tfrecords(data)
+    subprocess.run([*CHEXFLOW, "images", "render", "--out", str(tmp_path / "rendered")],
+                   env=env, check=True, cwd=REPO_ROOT, capture_output=True, timeout=120)
+    runtime = yaml.safe_load((tmp_path / "rendered" / "trainjob" / "horovod-runtime.yaml")
+                             .read_text())
+    runtime["metadata"]["name"] = PUSHED_RUNTIME
+    try:
+        client.CustomObjectsApi(k8s_api).create_cluster_custom_object(
+            TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL, runtime)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    subprocess.run([*CHEXFLOW, "images", "pull-secret", "--name", "registry-login",
+                    "--namespace", ns, "--apply"], env=env, check=True, cwd=REPO_ROOT,
+                   capture_output=True, timeout=60)
     core = client.CoreV1Api(k8s_api)
     start = time.monotonic()
     proc = subprocess.Popen(
-        [*CHEXFLOW, "mpijob", "submit", "--job-kind", "trainjob", "--keep", "--name", "tj",
-         "--namespace", ns, "--workers", "2", "--gpus-per-worker", "0", "--cpu", "750m",
-         "--memory", "3Gi", "--pvc", "data", "--mount-path", "/data", "--image", trainer_image,
-         "--timeout", "900", "--",
+        [*CHEXFLOW, "job", "submit", "--job-kind", "trainjob", "--runtime", PUSHED_RUNTIME,
+         "--keep", "--name", "tj", "--namespace", ns, "--workers", "2", "--gpus-per-worker",
+         "0", "--cpu", "750m", "--memory", "3Gi", "--pvc", "data", "--mount-path", "/data",
+         "--image-pull-secret", "registry-login", "--timeout", "900", "--",
          "chexflow", "train", "--launcher", "none", "--data", "/data/tfrecords",
          "--out", "/data/run", "--model", "densenet121", "--image-size", "64",
          "--epochs", "1", "--steps-per-epoch", "2", "--batch-size", "4", "--threads", "1"],
-        cwd=REPO_ROOT, env=_env(trainer_cluster, trainer_image), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        cwd=REPO_ROOT, env={**env, "KUBECONFIG": str(trainer_cluster.kubeconfig)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[str, str] = {}  # pod -> replicated job (JobSet ends the node pods at Complete)
     try:
         while proc.poll() is None and time.monotonic() - start < 1200:
@@ -112,6 +137,10 @@ def test_trainjob_on_chexflows_runtime_trains_densenet_with_horovod_size_2_on_re
     metrics = json.loads((data / "run" / "metrics.json").read_text())
     assert metrics["workers"] == 2 and metrics["model"] == "densenet121", metrics
     assert f"val_auroc={metrics['val_auroc']:.6g}" in log
+    # both pods ran the pushed image, pulled by its digest
+    for pod in pods:
+        assert [c.image for c in pod.spec.containers] == [reference], pod.metadata.name
+        assert pod.status.container_statuses[0].image_id.endswith(reference.split("@")[1])
     job = client.CustomObjectsApi(k8s_api).get_namespaced_custom_object(
         TRAINJOB_GROUP, TRAINJOB_VERSION, ns, TRAINJOB_PLURAL, "tj")
     conds = {c["type"]: c["status"] for c in job["status"]["conditions"]}
