@@ -14,7 +14,7 @@ from chexflow.envs import REPO_ROOT
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
 ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack",
-              "contention", "inference", "cluster-faults")
+              "contention", "inference", "cluster-faults", "image-pull")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -169,6 +169,12 @@ def run_bench(args: argparse.Namespace) -> int:
                              repeats, args.kubeconfig)
         results += pods
         sections += [real_pods.markdown(r.as_dict()) for r in pods]
+    if "image-pull" in wanted:  # its own cluster with a registry (chexflow.bench.image_pull)
+        from chexflow.bench import image_pull
+
+        pulls = image_pull.run(work / "image-pull", repeats)
+        results += pulls
+        sections += [image_pull.markdown(r.as_dict()) for r in pulls]
     doc = write_report(results, out, extra, sections)
     if "real-pods" in wanted:
         for r, png in zip(pods, ("bench-real-pods-startup.png",

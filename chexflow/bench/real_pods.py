@@ -254,7 +254,7 @@ def pods_run(target: Target, settings: Settings, index: int,
     except BaseException:
         pods.stop()
         raise
-    _wait_pods_gone(client.CoreV1Api(target.api), target.namespace, name, kind)
+    wait_pods_gone(client.CoreV1Api(target.api), target.namespace, name, kind)
     pods.stop()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -277,7 +277,7 @@ def local_run(shared: Path, settings: Settings, index: int) -> tuple[dict, dict]
     return metrics, run_timeline(metrics, start)
 
 
-def _wait_pods_gone(core, namespace: str, job: str, kind: Kind = MPIJOB,
+def wait_pods_gone(core, namespace: str, job: str, kind: Kind = MPIJOB,
                     timeout: float = 120) -> None:
     """Until the job's pods are deleted (none may take CPU from the next local run)."""
     deadline = time.monotonic() + timeout
