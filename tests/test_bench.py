@@ -293,3 +293,19 @@ def test_bench_inference_compares_predict_with_evaluate_on_the_same_images(tmp_p
     notes = result["notes"]
     assert notes["images"] > 0 and notes["split"] == "train" and notes["batch_size"] == 4
     assert "| inference densenet121 |" in (out / "bench.md").read_text()
+
+
+def test_image_pull_compares_pull_with_side_loading_first_and_cached_and_the_pushes():
+    from chexflow.bench.image_pull import PUSHES, SIDES, comparisons, markdown
+
+    seconds = {name: [float(i + 1), float(i + 2)] for i, name in
+               enumerate((*SIDES, *PUSHES, "import"))}
+    results = [r.as_dict() for r in comparisons(seconds, 2, {"image": "chexflow.local/trainer:x"})]
+    assert [(r["a"], r["b"]) for r in results] == [
+        ("registry, first pull", "side-loaded, first"), ("registry, cached", "side-loaded, cached"),
+        ("push again", "push, new repository")]
+    first = results[0]
+    assert first["figure"] == pytest.approx(1.5 - 3.5) and first["met"]
+    assert first["notes"]["runs"]["import"] == [7.0, 8.0] and first["notes"]["cpu"]
+    table = markdown(first)
+    assert "| registry, first pull | 1.0, 2.0 |" in table and "| import | 7.0, 8.0 |" in table

@@ -174,7 +174,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
         pulls = image_pull.run(work / "image-pull", repeats)
         results += pulls
-        sections += [image_pull.markdown(r.as_dict()) for r in pulls]
+        sections.append(image_pull.markdown(pulls[0].as_dict()))  # the runs of all sides
     doc = write_report(results, out, extra, sections)
     if "real-pods" in wanted:
         for r, png in zip(pods, ("bench-real-pods-startup.png",
