@@ -275,3 +275,44 @@ def test_a_node_selector_nothing_matches_is_one_line(trainer_cluster, k8s_namesp
     assert line.startswith(f"chexflow mpijob: error: TrainJob {k8s_namespace}/nowhere cannot be "
                            "scheduled: pod nowhere-node-0-0"), line
     assert "node affinity/selector" in line and line.endswith("it was deleted"), line
+
+
+PLAIN_RANK = "import os, sys; print('rank', os.environ['OMPI_COMM_WORLD_RANK'], sys.executable)"
+
+
+def test_a_plain_trainjob_with_mpirun_and_no_forwarded_environment_runs_python_on_every_rank(
+        trainer_cluster, k8s_api, real_namespace):
+    """A TrainJob as Kubeflow's docs write one (runtimeRef, numNodes, a command; the image the
+    runtime's) whose launcher runs `mpirun -np 2 python ...` with no `-x PATH`: the rank started
+    over ssh on the other node finds the venv's python, as sshd gives its sessions the image's
+    PATH (images/trainer/Dockerfile)."""
+    from kubernetes import client
+
+    ns, _ = real_namespace
+    custom = client.CustomObjectsApi(k8s_api)
+    core = client.CoreV1Api(k8s_api)
+    custom.create_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns, TRAINJOB_PLURAL, {
+        "apiVersion": f"{TRAINJOB_GROUP}/{TRAINJOB_VERSION}", "kind": "TrainJob",
+        "metadata": {"name": "plain"},
+        "spec": {"runtimeRef": {"name": RUNTIME_NAME}, "trainer": {
+            "numNodes": 2, "command": ["mpirun", "-np", "2", "python", "-c", PLAIN_RANK],
+            # no GPU here: the runtime's default asks for one per node
+            "resourcesPerNode": {"requests": {"cpu": "250m", "memory": "512Mi"},
+                                 "limits": {"cpu": "1", "memory": "1Gi"}}}}})
+
+    def finished() -> dict | None:
+        job = custom.get_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
+                                                  TRAINJOB_PLURAL, "plain")
+        conds = {c["type"]: c for c in job.get("status", {}).get("conditions", [])
+                 if c["status"] == "True"}
+        return conds.get("Complete") or conds.get("Failed")
+
+    _wait_for("TrainJob plain finished", finished, timeout=300)
+    launcher = next(p for p in core.list_namespaced_pod(
+        ns, label_selector=f"{JOBSET_LABEL}=plain").items
+        if p.metadata.labels[REPLICATED_JOB_LABEL] == "launcher")
+    log = core.read_namespaced_pod_log(launcher.metadata.name, ns, container="node")
+    assert finished()["type"] == "Complete", log[-3000:]
+    ranks = sorted(line.split()[1:] for line in log.splitlines() if line.startswith("rank "))
+    assert ranks == [["0", "/opt/chexflow/venv/bin/python"],
+                     ["1", "/opt/chexflow/venv/bin/python"]], log[-3000:]
