@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,15 +15,9 @@ from chexflow.components.reports import run_report, scaling_chart, scaling_repor
 from chexflow.evaluate.plots import plot_roc, roc_figure, roc_points
 from chexflow.evaluate.report import SYNTH_MARKER, data_provenance, write_report
 from chexflow.pathologies import PATHOLOGIES
+from tests.support.browser import load_in_chromium
 
 HERNIA = PATHOLOGIES.index("Hernia")
-# Appended to a copy of the page: after load, lists each image's natural size (or BROKEN).
-IMAGE_CHECK = """<script>window.addEventListener('load', () => {
-  const sizes = [...document.images].map(i =>
-    i.complete && i.naturalWidth > 0 ? i.naturalWidth + 'x' + i.naturalHeight : 'BROKEN');
-  const out = document.createElement('pre'); out.id = 'image-check';
-  out.textContent = sizes.join(' ') || 'NONE'; document.body.appendChild(out);
-});</script>"""
 
 
 def predictions(seed: int = 0):
@@ -78,18 +71,9 @@ def evaluation(tmp: Path) -> tuple[dict, Path]:
 def open_in_chromium(page: Path) -> tuple[list[str], str]:
     """Load PAGE in headless Chromium; return each <img>'s natural size (or BROKEN) and the
     text of the element with id="provenance"."""
-    checked = page.with_name(page.stem + "-check.html")
-    checked.write_text(page.read_text().replace("</body>", IMAGE_CHECK + "</body>"))
-    proc = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu",
-         "--virtual-time-budget=10000", "--dump-dom", checked.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    images = re.search(r'<pre id="image-check">([^<]*)</pre>', proc.stdout)
-    assert images, "the page never finished loading"
-    provenance = re.search(r'id="provenance">(.*?)</', proc.stdout, re.S)
-    return images.group(1).split(), provenance.group(1) if provenance else ""
+    images, dom = load_in_chromium(page)
+    provenance = re.search(r'id="provenance">(.*?)</', dom, re.S)
+    return [size for _, size in images], provenance.group(1) if provenance else ""
 
 
 def test_roc_points_of_a_perfectly_separated_class_reach_the_top_left_corner():

@@ -22,19 +22,13 @@ from chexflow.pathologies import PATHOLOGIES
 from chexflow.results import read_calibration
 from tests.conftest import read_json, run_chexflow
 from tests.dicoms import VARIANTS, write_dicom, write_variant
+from tests.support.browser import load_in_chromium
 
 ATOL = 1e-5
 GRID = 4  # chexflow data synth: class k draws its disc in cell k of a 4 x 4 grid
 DICOM_IMAGES = 6  # test images written as each DICOM variant
 CACHE = Path(os.environ.get("CHEXFLOW_CACHE", Path.home() / ".cache" / "chexflow")) / "pydicom-data"
 WHEEL = "pydicom-data==1.0.0"
-# After load, each <img>'s id (or alt) and natural size, BROKEN if it did not load.
-IMAGE_CHECK = """<script>window.addEventListener('load', () => {
-  const sizes = [...document.images].map(i => (i.id || 'img') + '=' +
-    (i.complete && i.naturalWidth > 0 ? i.naturalWidth + 'x' + i.naturalHeight : 'BROKEN'));
-  const out = document.createElement('pre'); out.id = 'image-check';
-  out.textContent = sizes.join(' '); document.body.appendChild(out);
-});</script>"""
 
 
 def peak_cell(cam: np.ndarray) -> int:
@@ -285,18 +279,7 @@ def test_pipeline_logs_calibration_metrics_to_kfp(demo_run, densenet_eval):
 
 def images_in_chromium(page: Path) -> dict[str, str]:
     """Load PAGE in headless Chromium: each <img>'s id and natural size (or BROKEN)."""
-    checked = page.with_name(page.stem + "-check.html")
-    checked.write_text(page.read_text().replace("</body>", IMAGE_CHECK + "</body>"))
-    proc = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu",
-         "--virtual-time-budget=10000", "--dump-dom", checked.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )
-    checked.unlink()
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    found = re.search(r'<pre id="image-check">([^<]*)</pre>', proc.stdout)
-    assert found, "the page never finished loading"
-    return dict(item.split("=") for item in found.group(1).split())
+    return dict(load_in_chromium(page)[0])
 
 
 @pytest.mark.trainer

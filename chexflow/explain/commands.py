@@ -17,10 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "through training's preprocessing. Unreadable images get a row with the reason in the "
         "error column; the exit status is then 1.",
     )
-    p.add_argument("model", type=Path, metavar="MODEL", help=MODEL_HELP)
-    p.add_argument("inputs", type=Path, nargs="+", metavar="INPUT",
-                   help="image files, or folders of them")
-    p.add_argument("--out", type=Path, required=True, help="the CSV file to write")
+    _model_images_out(p, "INPUT", "the CSV file to write")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=run_predict, trainer=True)
@@ -32,16 +29,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--layer) for image files (PNG, JPEG, DICOM; folders are searched): one PNG per image, "
         "maps.npz and explain.json in --out.",
     )
-    e.add_argument("model", type=Path, metavar="MODEL", help=MODEL_HELP)
-    e.add_argument("inputs", type=Path, nargs="+", metavar="IMAGE",
-                   help="image files, or folders of them")
-    e.add_argument("--out", type=Path, required=True, help="folder for the PNGs and maps.npz")
+    _model_images_out(e, "IMAGE", "folder for the PNGs and maps.npz")
     e.add_argument("--class", dest="classes", action="append", metavar="NAME",
                    help="a class to map (repeat it; default: every class)")
     e.add_argument("--layer", help="the backbone layer whose feature maps Grad-CAM weighs")
     e.add_argument("--batch-size", type=int, default=32, help="maps computed at once")
     e.add_argument("--overwrite", action="store_true", help="replace an earlier explanation")
     e.set_defaults(func=run_explain, trainer=True)
+
+
+def _model_images_out(p: argparse.ArgumentParser, images: str, out_help: str) -> None:
+    """MODEL, the images (files or folders) and --out: what predict and explain both take."""
+    p.add_argument("model", type=Path, metavar="MODEL", help=MODEL_HELP)
+    p.add_argument("inputs", type=Path, nargs="+", metavar=images,
+                   help="image files, or folders of them")
+    p.add_argument("--out", type=Path, required=True, help=out_help)
 
 
 def run_predict(args: argparse.Namespace) -> int:
