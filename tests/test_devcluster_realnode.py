@@ -130,3 +130,18 @@ def test_every_nodes_containerd_reads_the_registry_hosts_the_registry_add_on_wri
     assert hosts["server"] == "https://198.18.0.1:5000"
     assert hosts["host"]["https://198.18.0.1:5000"] == {"capabilities": ["pull", "resolve"],
                                                        "ca": str(ca)}
+
+
+def test_the_kubelet_rechecks_pulled_images_but_not_those_loaded_by_hand(tmp_path):
+    """KEP-2535: an image pulled with a Secret is checked again for a pod without it, by image
+    ID; the side-loaded chexflow.local names of the same image cannot be pulled, so they are
+    the allowlist's (a pod of the registry's name without the Secret is still refused)."""
+    import yaml
+
+    node = realnode.RealNode(tmp_path / "c")
+    node.dir.mkdir(parents=True)
+    config = yaml.safe_load(node.kubelet_config(
+        {"kubelet": 1, "kubelet_healthz": 2}, "198.18.0.1", tmp_path / "ca.crt").read_text())
+    assert config["imagePullCredentialsVerificationPolicy"] == "NeverVerifyAllowlistedImages"
+    assert config["preloadedImagesVerificationAllowlist"] == ["chexflow.local/*"]
+    assert realnode.PAUSE_IMAGE.startswith("chexflow.local/")

@@ -45,6 +45,7 @@ import yaml
 
 from chexflow.devcluster import binaries, certs
 from chexflow.devcluster.addon import AddOn, Cluster
+from chexflow.devcluster.images import LOCAL_REGISTRY
 from chexflow.errors import ChexflowError
 
 NODE_NAME = "chexflow-node"
@@ -54,7 +55,7 @@ EXTRA_NODE_TAINT = {"key": "chexflow.io/extra-real-node", "value": "true", "effe
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 POD_SUPERNET = ipaddress.ip_network("198.18.0.0/17")
 CLUSTER_DOMAIN = "cluster.local"
-PAUSE_IMAGE = "chexflow.local/pause:3.10"
+PAUSE_IMAGE = f"{LOCAL_REGISTRY}/pause:3.10"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 KUBELET_ROOTS = Path("/var/lib/chexflow")
 CONTAINERD = "/usr/bin/containerd"
@@ -308,6 +309,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "evictionHard": {"memory.available": "100Mi", "nodefs.available": "0%",
                              "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
+            # the kubelet re-checks a pod's right to an image pulled with a Secret before it runs
+            # that image again (KEP-2535), by image ID; an image loaded by hand has the ID of the
+            # same image pulled from the registry, and its chexflow.local name cannot be pulled:
+            # never re-check those names, check every pulled name as a real cluster does
+            "imagePullCredentialsVerificationPolicy": "NeverVerifyAllowlistedImages",
+            "preloadedImagesVerificationAllowlist": [f"{LOCAL_REGISTRY}/*"],
             "shutdownGracePeriod": "0s", "syncFrequency": "5s",
             "nodeStatusUpdateFrequency": "5s",
         }
