@@ -303,7 +303,7 @@ def test_image_pull_compares_pull_with_side_loading_first_and_cached_and_the_pus
     results = [r.as_dict() for r in comparisons(seconds, 2, {"image": "chexflow.local/trainer:x"})]
     assert [(r["a"], r["b"]) for r in results] == [
         ("registry, first pull", "side-loaded, first"), ("registry, cached", "side-loaded, cached"),
-        ("push again", "push, new repository")]
+        ("push again", "push, empty registry")]
     first = results[0]
     assert first["figure"] == pytest.approx(1.5 - 3.5) and first["met"]
     assert first["notes"]["runs"]["import"] == [7.0, 8.0] and first["notes"]["cpu"]
