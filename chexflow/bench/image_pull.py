@@ -47,7 +47,14 @@ GOAL_CACHED_EXTRA_SECONDS = 5.0
 def _remove_images(node, keep: set[str]) -> None:
     """Every image of the node but `keep` (the names it had at start: pause) gone, with its
     content and snapshots (containerd's garbage collection, synchronously): a pull of any name
-    of the trainer then fetches every layer again."""
+    of the trainer then fetches every layer again. The exited containers of the deleted pods go
+    first (the kubelet removes them only on its next collection): their snapshots would keep
+    the layers, and containerd skips fetching a layer whose snapshot exists."""
+    running = {line.split()[0] for line in
+               node.ctr("tasks", "list").stdout.splitlines()[1:] if "RUNNING" in line}
+    exited = set(node.ctr("containers", "list", "--quiet").stdout.split()) - running
+    if exited:
+        node.ctr("containers", "delete", *sorted(exited), check=False)
     names = set(node.ctr("images", "list", "--quiet").stdout.split()) - keep
     if names:
         node.ctr("images", "remove", "--sync", *sorted(names))
