@@ -35,6 +35,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -152,24 +153,26 @@ class Registry:
             proc = subprocess.Popen(self.command(bin_dir), stdout=log, stderr=subprocess.STDOUT,
                                     env={**os.environ, **ENV}, start_new_session=True)
         try:
-            self.wait_ready(ca, timeout, proc)
+            self.wait_ready(ca, time.monotonic() + timeout, lambda: self._exited(proc),
+                            self.log_file)
         except BaseException:
             stop(proc)
             raise
         return proc
 
-    def wait_ready(self, ca: Path, timeout: float, proc: subprocess.Popen | None = None) -> None:
-        """Until GET /v2/ answers 401 (TLS and auth up), or RegistryError naming its log."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc is not None and proc.poll() is not None:
-                raise RegistryError(f"the registry exited {proc.returncode} at start: "
-                                    f"{_last_line(self.log_file)} (log {self.log_file})")
-            if probe(self.address, ca, None, timeout=2) == 401:
-                return
+    def _exited(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is not None:
+            raise RegistryError(f"the registry exited {proc.returncode} at start: "
+                                f"{_last_line(self.log_file)} (log {self.log_file})")
+
+    def wait_ready(self, ca: Path, deadline: float, check: Callable[[], None],
+                   log: Path) -> None:
+        """Until GET /v2/ answers 401 (TLS and auth up); `check` between polls raises if the
+        process has exited; RegistryError naming `log` at time.monotonic() `deadline`."""
+        while probe(self.address, ca, None, timeout=2) != 401:
+            check()
             if time.monotonic() > deadline:
-                raise RegistryError(f"the registry on {self.address} did not answer within "
-                                    f"{timeout:.0f} s (log {self.log_file})")
+                raise RegistryError(f"the registry on {self.address} did not answer (log {log})")
             time.sleep(0.2)
 
 
@@ -231,13 +234,8 @@ class ClusterRegistry(AddOn):
 
     def ready(self, cluster: Cluster, deadline: float) -> None:
         """Until GET /v2/ answers 401 over TLS (certificate and login in place)."""
-        address = self.at(cluster).address
-        while probe(address, cluster.pki.ca, None, timeout=2) != 401:
-            cluster.check()
-            if time.monotonic() > deadline:
-                raise RegistryError(f"the registry on {address} did not answer; see "
-                                    f"{cluster.log_dir}/{EXE}.log")
-            time.sleep(0.2)
+        self.at(cluster).wait_ready(cluster.pki.ca, deadline, cluster.check,
+                                    cluster.log_dir / f"{EXE}.log")
 
 
 def hash_password(bin_dir: Path, login: Credentials) -> str:
