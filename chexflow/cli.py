@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "chexflow.train.commands",
     "chexflow.evaluate.commands",
     "chexflow.explain.commands",
+    "chexflow.serve.commands",
     "chexflow.devcluster.commands",
     "chexflow.slurm.commands",
     "chexflow.jobs.commands",

@@ -170,6 +170,7 @@ def test_image_names_come_from_one_module(monkeypatch):
 def test_committed_artefacts_say_their_images_are_placeholders_in_their_first_lines():
     committed = [*REPO.glob("pipelines/*.yaml"), *REPO.glob("components/*.yaml"),
                  REPO / "trainjob" / "horovod-runtime.yaml",
+                 REPO / "serving" / "chexflow-runtime.yaml",
                  REPO / "katib" / "trial-templates.yaml", *REPO.glob("katib/specs/*.yaml")]
     naming = [p for p in committed if "ghcr.io/chexflow/" in p.read_text()]
     assert len(naming) >= 15
@@ -190,6 +191,8 @@ def test_images_render_with_registry_and_tag_names_them_in_every_artefact(tmp_pa
     assert not [p for p, text in texts.items() if "ghcr.io/chexflow" in text]
     runtime = texts[out / "trainjob" / "horovod-runtime.yaml"]
     assert runtime.count("image: reg.example:5000/ml/trainer:v7") == 2  # node and launcher
+    assert "image: reg.example:5000/ml/trainer:v7" in texts[out / "serving" /
+                                                           "chexflow-runtime.yaml"]
     assert "reg.example:5000/ml/launcher:v7" in texts[out / "pipelines" / "chexnet-train.yaml"]
     proc = run_chexflow("images", "render", "--out", tmp_path / "bad", "--tag", "v 7",
                         check=False)

@@ -142,7 +142,7 @@ def test_after_a_push_every_artefact_names_the_pushed_images_and_no_placeholder(
     run_chexflow("images", "render", "--out", out, env=env)
     texts = {p: p.read_text() for p in out.rglob("*.yaml")}
     assert {p.relative_to(out).parts[0] for p in texts} == {
-        "pipelines", "components", "trainjob", "katib"}
+        "pipelines", "components", "trainjob", "serving", "katib"}
     assert not [p for p, text in texts.items() if "ghcr.io/chexflow" in text]
     runtime = yaml.safe_load(texts[out / "trainjob" / "horovod-runtime.yaml"])
     images = {job["name"]: job["template"]["spec"]["template"]["spec"]["containers"][0]["image"]

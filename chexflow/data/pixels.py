@@ -69,6 +69,17 @@ def load_greyscale(
     (named with `csv_size`, the size the CSV gives, if any), raises ImageRejected.
     """
     data = read_image_file(path)
+    pixels, mode = decode_greyscale(data, size, path, csv_size)
+    return pixels, data, mode
+
+
+def decode_greyscale(data: bytes, size: int, name: Path | str,
+                     csv_size: str | None = None) -> tuple[np.ndarray, str | None]:
+    """(size x size uint8 pixels, the source mode if it was converted) of an image file's bytes
+    (PNG, JPEG, DICOM...): load_greyscale's decoding, for bytes that come from elsewhere than a
+    file (a request to the predictor). `name` stands for the file in messages and its suffix
+    counts as a DICOM hint; ImageRejected as load_greyscale."""
+    path = Path(name)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -89,7 +100,7 @@ def load_greyscale(
         raise ImageRejected(f"{e}: {path}") from None
     except (*FAULTS, SyntaxError, ValueError) as e:
         raise ImageRejected(f"corrupt or unreadable image: {path}: {cause(e)}") from None
-    return pixels, data, (None if mode == "L" else mode)
+    return pixels, (None if mode == "L" else mode)
 
 
 def read_image_file(path: Path) -> bytes:

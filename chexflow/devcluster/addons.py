@@ -14,6 +14,7 @@ from chexflow.devcluster.addon import AddOn
 from chexflow.devcluster.coscheduling import Coscheduling
 from chexflow.devcluster.katib import Katib
 from chexflow.devcluster.kubeproxy import KubeProxy
+from chexflow.devcluster.kserve import KServe
 from chexflow.devcluster.kueue import Kueue
 from chexflow.devcluster.realnode import RealNodes
 from chexflow.devcluster.registry import ClusterRegistry
@@ -21,7 +22,7 @@ from chexflow.devcluster.supervisor import DevClusterError
 from chexflow.devcluster.trainer import Trainer
 
 TABLE: dict[str, type[AddOn]] = {a.name: a for a in (
-    RealNodes, KubeProxy, ClusterRegistry, Coscheduling, Kueue, Trainer, Katib)}
+    RealNodes, KubeProxy, ClusterRegistry, Coscheduling, Kueue, Trainer, Katib, KServe)}
 
 
 def resolve(asked: Iterable[AddOn]) -> list[AddOn]:

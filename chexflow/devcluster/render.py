@@ -1,6 +1,7 @@
 """`chexflow images render`: every artefact a cluster is given, for the chosen images
 (chexflow.container_images): the pipelines' and components' IR YAML (compile), the TrainJob
-runtime, the Katib trial templates ConfigMap and the specs that carry its templates inline.
+runtime, KServe's ClusterServingRuntime, the Katib trial templates ConfigMap and the specs that
+carry its templates inline.
 
 All are written into a temporary folder beside the destination first and moved into place once
 every one is made, so a failure leaves the destination as it was.
@@ -18,14 +19,17 @@ from chexflow.jobs import trainjob
 from chexflow.katib.experiment import chexnet_template as katib_templates
 from chexflow.katib.experiment.templates import TEMPLATES_FILE
 from chexflow.pipelines import registry
+from chexflow.serve import render as serving
 
 
 def _destinations(out: Path | None) -> dict[str, Path]:
     """Each artefact folder, under `out` or the project's own."""
     if out is None:
         return {"pipelines": registry.pipelines_dir(), "components": registry.components_dir(),
-                "trainjob": trainjob.RUNTIME_FILE.parent, "katib": katib_templates.katib_dir()}
-    return {name: out / name for name in ("pipelines", "components", "trainjob", "katib")}
+                "trainjob": trainjob.RUNTIME_FILE.parent,
+                "serving": serving.RUNTIME_FILE.parent, "katib": katib_templates.katib_dir()}
+    return {name: out / name
+            for name in ("pipelines", "components", "trainjob", "serving", "katib")}
 
 
 def _make(tmp: Path) -> None:
@@ -35,6 +39,8 @@ def _make(tmp: Path) -> None:
     registry.compile_components(tmp / "components")
     (tmp / "trainjob").mkdir()
     (tmp / "trainjob" / trainjob.RUNTIME_FILE.name).write_text(trainjob.runtime_text())
+    (tmp / "serving").mkdir()
+    (tmp / "serving" / serving.RUNTIME_FILE.name).write_text(serving.runtime_text())
     specs = tmp / "katib" / katib_templates.SPECS_DIR
     specs.mkdir(parents=True)
     (tmp / "katib" / TEMPLATES_FILE).write_text(katib_templates.templates_text())

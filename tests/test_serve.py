@@ -1,0 +1,147 @@
+"""chexflow's KServe artefacts and predictor without a cluster: the ClusterServingRuntime
+(serving/chexflow-runtime.yaml) and InferenceService validate against KServe's own CRD schemas
+(from its Go module); `serve render` and `serve deploy` refuse bad names and URIs in one line;
+the predictor's request parsing refuses what it cannot answer, naming the instance; the
+inferenceservice-config the dev cluster installs is KServe's own in RawDeployment mode."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from chexflow.devcluster import kserve as devkserve
+from chexflow.devcluster.binaries import required_version
+from chexflow.jobs.schema import validate_against_crd
+from chexflow.serve.predictor import RequestRejected, v1_batch, v2_batch
+from chexflow.serve.render import RUNTIME_FILE, inference_service, runtime_text
+from tests.conftest import run_chexflow
+
+KSERVE_MODULE = "github.com/kserve/kserve"
+
+
+def kserve_module() -> Path:
+    """KServe's module of the release build/kserve/go.mod names (downloaded into the module
+    cache when missing: seconds, no build)."""
+    version = required_version(devkserve.KSERVE_DIR / "go.mod", KSERVE_MODULE)
+    proc = subprocess.run(["go", "mod", "download", "-json", f"{KSERVE_MODULE}@{version}"],
+                          cwd=devkserve.KSERVE_DIR, capture_output=True, text=True,
+                          env={**os.environ, "PATH": f"/usr/local/go/bin:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    return Path(json.loads(proc.stdout)["Dir"])
+
+
+def kserve_crd(plural: str) -> Path:
+    return kserve_module() / "config" / "crd" / "full" / f"serving.kserve.io_{plural}.yaml"
+
+
+def png(pixels: np.ndarray) -> str:
+    buf = io.BytesIO()
+    Image.fromarray(pixels.astype(np.uint8), mode="L").save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def test_committed_runtime_is_what_the_renderer_writes():
+    assert RUNTIME_FILE.read_text() == runtime_text(), (
+        "serving/chexflow-runtime.yaml is stale: python -m chexflow.serve.render")
+
+
+def test_runtime_and_inference_service_validate_against_kserves_crds():
+    runtime = yaml.safe_load(RUNTIME_FILE.read_text())
+    validate_against_crd(runtime, kserve_crd("clusterservingruntimes"), version="v1alpha1")
+    isvc = inference_service("chexnet", "pvc://data/runs/r1", namespace="team-a", cpu="500m",
+                             service_account="chexflow-serve")
+    validate_against_crd(isvc, kserve_crd("inferenceservices"), version="v1beta1")
+    model = isvc["spec"]["predictor"]["model"]
+    assert model["modelFormat"] == {"name": "chexflow"}
+    assert model["runtime"] == runtime["metadata"]["name"] == "chexflow-predictor"
+    assert isvc["metadata"]["annotations"] == {
+        "serving.kserve.io/deploymentMode": "RawDeployment"}
+
+
+def test_serve_render_prints_what_kubectl_applies_and_refuses_bad_input_in_one_line(tmp_path):
+    out = run_chexflow("serve", "render", "pvc://data/runs/r1", "--name", "cxr",
+                       "--namespace", "team-a").stdout
+    assert yaml.safe_load(out)["metadata"]["namespace"] == "team-a"
+    for args, expected in (
+            (["runs/r1"], "chexflow serve: error: MODEL 'runs/r1': expected a storage URI"),
+            (["pvc://Data_1/r1"], "chexflow serve: error: MODEL 'pvc://Data_1/r1': "
+                                  "pvc://CLAIM/PATH"),
+            (["pvc://data/r1", "--name", "CheXNet"], "chexflow serve: error: --name 'CheXNet': "
+                                                     "expected a DNS label")):
+        proc = run_chexflow("serve", "render", *args, check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert proc.stderr.startswith(expected), proc.stderr
+
+
+def test_serve_deploy_without_a_cluster_is_one_line(tmp_path):
+    proc = run_chexflow("serve", "deploy", "pvc://data/runs/r1", check=False,
+                        env={"KUBECONFIG": str(tmp_path / "none")})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "no Kubernetes configuration" in proc.stderr
+
+
+def test_v1_instances_are_files_or_pixels_and_anything_else_names_the_instance():
+    size = 16
+    image = np.arange(size * size).reshape(size, size) % 256
+    batch = v1_batch([{"b64": png(image)}, {"image_bytes": {"b64": png(image)}}], size)
+    assert batch.shape == (2, size, size, 1) and (batch[0, ..., 0] == image).all()
+    pixels = v1_batch([image.tolist()], size)
+    assert (pixels[0, ..., 0] == image).all()
+    for instances, message in (
+            ([], 'expected {"instances": [...]} with at least one instance'),
+            ([{"b64": png(image)}, {"b64": "not base64!"}], "instance 1: not base64"),
+            ([{"b64": base64.b64encode(b"GIF89a....").decode()}],
+             "not an image Pillow can identify: instance 0"),
+            ([{"b64": ""}], "instance 0: an empty image"),
+            ([{"url": "x"}], "instance 0: expected {\"b64\""),
+            ([{"b64": png(image)}, image.tolist()], "instances mix files"),
+            ([np.zeros((8, 8)).tolist()], "pixels of shape [1, 8, 8, 1]: expected [N, 16, 16]"),
+            ([np.full((16, 16), 300).tolist()], "pixels: expected grey levels from 0 to 255")):
+        with pytest.raises(RequestRejected) as err:
+            v1_batch(instances, size)
+        assert str(err.value).startswith(message), err.value
+
+
+def test_v2_inputs_are_bytes_or_pixel_tensors_with_their_shape_checked():
+    size = 16
+    image = np.full((size, size), 7)
+    files = np.asarray([png(image)] * 3, dtype=object)
+    assert v2_batch("BYTES", [3], files, size).shape == (3, size, size, 1)
+    assert v2_batch("UINT8", [1, size, size, 1], image[None, ..., None], size).shape == (
+        1, size, size, 1)
+    for args, message in (
+            (("BYTES", [3, 1], files), "BYTES input of shape [3, 1]: expected [N]"),
+            (("BYTES", [4], files), "BYTES input of shape [4] holds 3 elements"),
+            (("BOOL", [1], np.zeros(1)), "input datatype BOOL: expected BYTES"),
+            (("FP32", [1, 3, 3], np.zeros((1, 3, 3))), "pixels of shape [1, 3, 3, 1]")):
+        with pytest.raises(RequestRejected) as err:
+            v2_batch(*args, size)
+        assert str(err.value).startswith(message), err.value
+
+
+def test_dev_cluster_config_map_is_kserves_own_in_raw_deployment_mode_without_ingress(tmp_path):
+    """What the `kserve` add-on installs: the module's inferenceservice-config with only the
+    deployment mode and Ingress creation changed."""
+    module = kserve_module()
+    (tmp_path / "inferenceservice-config.yaml").write_bytes(
+        (module / "config" / "configmap" / "inferenceservice.yaml").read_bytes())
+    doc = devkserve.config_map(tmp_path)
+    upstream = yaml.safe_load((tmp_path / "inferenceservice-config.yaml").read_text())["data"]
+    assert doc["metadata"] == {"name": "inferenceservice-config", "namespace": "kserve"}
+    assert json.loads(doc["data"]["deploy"]) == {"defaultDeploymentMode": "Standard"}
+    ingress = json.loads(doc["data"]["ingress"])
+    assert ingress.pop("disableIngressCreation") is True
+    expected = json.loads(upstream["ingress"])
+    expected.pop("disableIngressCreation")
+    assert ingress == expected
+    same = set(upstream) - {"_example", "deploy", "ingress"}
+    assert {k: doc["data"][k] for k in same} == {k: upstream[k] for k in same}
