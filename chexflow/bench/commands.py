@@ -14,7 +14,7 @@ from chexflow.envs import REPO_ROOT
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
 ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack",
-              "contention", "inference", "cluster-faults", "image-pull")
+              "contention", "inference", "cluster-faults", "image-pull", "serving")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -175,6 +175,14 @@ def run_bench(args: argparse.Namespace) -> int:
         pulls = image_pull.run(work / "image-pull", repeats)
         results += pulls
         sections.append(image_pull.markdown(pulls[0].as_dict()))  # the runs of all sides
+    if "serving" in wanted:  # its own cluster with KServe (chexflow.bench.serving)
+        from chexflow.bench import serving
+
+        data = data or synth_tfrecords(work, 120 if quick else 1200, 64, size)
+        served = serving.run(work / "serving", work / "raw-64" / "images", size,
+                             32 if quick else 256, repeats)
+        results += served
+        sections.append(serving.markdown(served[0].as_dict()))
     doc = write_report(results, out, extra, sections)
     if "real-pods" in wanted:
         for r, png in zip(pods, ("bench-real-pods-startup.png",

@@ -1,6 +1,6 @@
 """The KServe predictor: a trained chexflow model behind KServe's model server (`kserve.Model`),
 answering the v1 protocol (`POST /v1/models/NAME:predict`) and the Open Inference Protocol
-(`POST /v2/models/NAME/infer`, REST and gRPC) with one probability per class.
+(`POST /v2/models/NAME/infer`; gRPC too on --grpc_port) with one probability per class.
 
 Requests carry images as their files' bytes (PNG, JPEG, DICOM), decoded and resized by
 training's own decoder (chexflow.data.pixels.decode_greyscale), or as pixels already at the

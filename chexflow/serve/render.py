@@ -45,7 +45,7 @@ class ServeError(ChexflowError, ValueError):
 
 
 def serving_runtime(image: str | None = None) -> dict[str, Any]:
-    """The ClusterServingRuntime: v1 and v2 over HTTP (8080) and gRPC (8081)."""
+    """The ClusterServingRuntime: the v1 and v2 protocols over HTTP on 8080."""
     return {
         "apiVersion": f"{GROUP}/{RUNTIME_VERSION}",
         "kind": "ClusterServingRuntime",
@@ -56,7 +56,7 @@ def serving_runtime(image: str | None = None) -> dict[str, Any]:
                             "prometheus.kserve.io/path": "/metrics"},
             "supportedModelFormats": [{"name": MODEL_FORMAT, "version": "1",
                                        "autoSelect": True, "priority": 1}],
-            "protocolVersions": ["v1", "v2", "grpc-v2"],
+            "protocolVersions": ["v1", "v2"],
             "containers": [{
                 "name": "kserve-container",
                 "image": image or trainer_image(),
