@@ -26,6 +26,7 @@ from chexflow.serve.render import RUNTIME_FILE, inference_service, runtime_text
 from tests.conftest import run_chexflow
 
 KSERVE_MODULE = "github.com/kserve/kserve"
+LONG_NAMESPACE = "team-" + "a" * 41  # with chexnet-predictor-: one over 63 characters
 
 
 def kserve_module() -> Path:
@@ -76,7 +77,11 @@ def test_serve_render_prints_what_kubectl_applies_and_refuses_bad_input_in_one_l
             (["pvc://Data_1/r1"], "chexflow serve: error: MODEL 'pvc://Data_1/r1': "
                                   "pvc://CLAIM/PATH"),
             (["pvc://data/r1", "--name", "CheXNet"], "chexflow serve: error: --name 'CheXNet': "
-                                                     "expected a DNS label")):
+                                                     "expected a DNS label"),
+            (["pvc://data/r1", "--namespace", LONG_NAMESPACE],
+             f"chexflow serve: error: --name chexnet in namespace {LONG_NAMESPACE}: KServe's "
+             f"host name chexnet-predictor-{LONG_NAMESPACE} is 64 characters, over the 63 of a "
+             "DNS label (KServe would not create it); use a name of at most 6 characters")):
         proc = run_chexflow("serve", "render", *args, check=False)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert proc.stderr.startswith(expected), proc.stderr

@@ -151,6 +151,9 @@ def why_not_ready(api, namespace: str, name: str, isvc: dict[str, Any]) -> tuple
                         f"({pod_end(pod) if pod.status.phase == 'Failed' else 'CrashLoopBackOff'})"
                         + (f"; its log ends: {one_line(last)}" if last else ""), 0.0)
     conditions = (isvc.get("status") or {}).get("conditions") or []
+    if not conditions:
+        return ("KServe has not reconciled it yet (no status; if this lasts, its controller's "
+                "log says why)", math.inf)
     failing = [c for c in conditions if c.get("status") == "False" and c.get("message")]
     if failing:
         c = failing[0]

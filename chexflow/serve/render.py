@@ -97,6 +97,18 @@ def check_storage_uri(uri: str) -> str:
     return uri
 
 
+def check_host_name(name: str, namespace: str) -> None:
+    """KServe names the predictor's host NAME-predictor-NAMESPACE (its ingress domainTemplate,
+    also in RawDeployment) and refuses to reconcile an InferenceService whose host label is over
+    63 characters, saying so only in its controller's log."""
+    host = f"{name}-predictor-{namespace}"
+    if len(host) > 63:
+        room = max(0, 63 - len(host) + len(name))
+        raise ServeError(f"--name {name} in namespace {namespace}: KServe's host name {host} "
+                         f"is {len(host)} characters, over the 63 of a DNS label (KServe would "
+                         f"not create it); use a name of at most {room} characters here")
+
+
 def inference_service(name: str, storage_uri: str, namespace: str | None = None,
                       cpu: str = "1", memory: str = "2Gi", service_account: str | None = None,
                       node_selector: dict[str, str] | None = None,
@@ -121,6 +133,7 @@ def inference_service(name: str, storage_uri: str, namespace: str | None = None,
         "annotations": {DEPLOYMENT_MODE_ANNOTATION: "RawDeployment", **(annotations or {})},
         "labels": {"app.kubernetes.io/managed-by": "chexflow"}}
     if namespace:
+        check_host_name(name, namespace)
         metadata["namespace"] = namespace
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
             "metadata": metadata, "spec": {"predictor": predictor}}

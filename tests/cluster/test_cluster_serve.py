@@ -66,7 +66,9 @@ def test_an_inference_service_on_a_real_pod_answers_v1_and_v2_with_predicts_prob
     expected = np.array([[float(r[c]) for c in classes] for r in rows])
 
     env = {"KUBECONFIG": str(kserve_cluster.kubeconfig), "CHEXFLOW_TRAINER_IMAGE": trainer_image}
-    args = ["serve", "deploy", "pvc://data/runs/m1", "--namespace", namespace, "--cpu", "500m",
+    # KServe's host name cx-predictor-NAMESPACE must fit a DNS label (63 characters)
+    args = ["serve", "deploy", "pvc://data/runs/m1", "--name", "cx", "--namespace", namespace,
+            "--cpu", "500m",
             "--memory", "1500Mi", "--timeout", "420"]
     refused = run_chexflow(*args, "--image", "reg.example/other/trainer:1", env=env,
                            check=False)
@@ -78,15 +80,15 @@ def test_an_inference_service_on_a_real_pod_answers_v1_and_v2_with_predicts_prob
 
     out = run_chexflow(*args, "--update-runtime", env=env, timeout=600).stdout
     match = re.search(r"\(predictor pod (\S+):8080\)", out)
-    assert match and "Ready at http://chexnet-predictor." in out, out
+    assert match and "Ready at http://cx-predictor." in out, out
     base = f"http://{match.group(1)}:8080"
 
-    status, body = post(f"{base}/v1/models/chexnet:predict",
+    status, body = post(f"{base}/v1/models/cx:predict",
                         {"instances": [{"b64": b64(p)} for p in paths]})
     assert status == 200, body
     np.testing.assert_allclose([[row[c] for c in classes] for row in body["predictions"]],
                                expected, atol=ATOL)
-    status, body = post(f"{base}/v2/models/chexnet/infer", {"inputs": [{
+    status, body = post(f"{base}/v2/models/cx/infer", {"inputs": [{
         "name": "images", "datatype": "BYTES", "shape": [len(paths)],
         "data": [b64(p) for p in paths]}]})
     assert status == 200, body
@@ -94,12 +96,12 @@ def test_an_inference_service_on_a_real_pod_answers_v1_and_v2_with_predicts_prob
     np.testing.assert_allclose(np.array(out["data"]).reshape(out["shape"]), expected,
                                atol=ATOL)
 
-    status, body = post(f"{base}/v1/models/chexnet:predict", {"instances": [
+    status, body = post(f"{base}/v1/models/cx:predict", {"instances": [
         {"b64": b64(paths[0])}, {"b64": "aGVsbG8="}]})
     assert status == 400 and body == {"error": "not an image Pillow can identify: instance 1"}
-    status, body = post(f"{base}/v2/models/chexnet/infer", {"inputs": [{
+    status, body = post(f"{base}/v2/models/cx/infer", {"inputs": [{
         "name": "images", "datatype": "UINT8", "shape": [2, 8], "data": [0] * 16}]})
     assert status == 400 and body["error"].startswith("pixels of shape [2, 8]"), body
-    status, body = post(f"{base}/v1/models/chexnet:predict", {"instances": [{"b64": b64(p)}
+    status, body = post(f"{base}/v1/models/cx:predict", {"instances": [{"b64": b64(p)}
                                                                             for p in paths]})
     assert status == 200
