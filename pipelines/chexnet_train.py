@@ -1,9 +1,16 @@
-"""`chexnet-train`: preprocess -> train (MPIJob, Horovod) -> evaluate -> report."""
+"""`chexnet-train`: preprocess -> train (MPIJob, Horovod) -> evaluate -> report, and with
+deploy=True the model served by KServe (an InferenceService named serve_name)."""
 
 
 from kfp import dsl
 
-from chexflow.components.definitions import evaluate_op, preprocess_op, report_op, train_op
+from chexflow.components.definitions import (
+    deploy_op,
+    evaluate_op,
+    preprocess_op,
+    report_op,
+    train_op,
+)
 from chexflow.container_images import trainer_image
 from chexflow.pipelines.common import (
     DEFAULT_NAMESPACE,
@@ -60,6 +67,8 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
         seed: int = 0,
         bootstrap: int = 1000,
         timeout_seconds: int = 86400,
+        deploy: bool = False,
+        serve_name: str = "chexnet",
         **cluster,  # node_selector, tolerations, ...: ClusterOptions' pipeline parameters
     ):
         target = job_target(work_root, backend, namespace, data_pvc, trainer_image,
@@ -84,5 +93,8 @@ def build(default_trainer_image: str | None = None, mount_path: str = MOUNT_PATH
             train_summary=train.outputs["summary"], auroc_json=evaluate.outputs["Output"],
             title="chexnet-train report",
         ), data_pvc, mount_path)
+        with dsl.If(deploy == True, name="deploy"):  # noqa: E712 (KFP builds the condition)
+            step_pod(deploy_op(model_path=train.outputs["model_path"], name=serve_name,
+                               target=target), data_pvc, mount_path).after(evaluate)
 
     return chexnet_train

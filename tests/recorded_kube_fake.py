@@ -103,7 +103,10 @@ class RecordedRequestFakeKubeApi(RESTClientObject):
         status, payload = self._handle(method, parts.path, query, body)
         if not 200 <= status <= 299:
             raise ApiException(http_resp=RESTResponse(_Resp(status, payload)))
-        return RESTResponse(_Resp(status, payload))
+        response = RESTResponse(_Resp(status, payload))
+        if _preload_content:  # as the real REST client hands it on: text (a log stays a str)
+            response.data = response.data.decode("utf8")
+        return response
 
     # --- routing ----------------------------------------------------------------------------
     def _handle(self, method, path, query, body):

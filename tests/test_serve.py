@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,10 +21,12 @@ from PIL import Image
 
 from chexflow.devcluster import kserve as devkserve
 from chexflow.devcluster.binaries import required_version
+from chexflow.envs import REPO_ROOT
 from chexflow.jobs.schema import validate_against_crd
 from chexflow.serve.predictor import RequestRejected, v1_batch, v2_batch
-from chexflow.serve.render import RUNTIME_FILE, inference_service, runtime_text
+from chexflow.serve.render import RUNTIME_FILE, inference_service, runtime_text, serving_runtime
 from tests.conftest import run_chexflow
+from tests.recorded_kube_fake import RecordedRequestFakeKubeApi
 
 KSERVE_MODULE = "github.com/kserve/kserve"
 LONG_NAMESPACE = "team-" + "a" * 41  # with chexnet-predictor-: one over 63 characters
@@ -150,3 +153,86 @@ def test_dev_cluster_config_map_is_kserves_own_in_raw_deployment_mode_without_in
     assert ingress == expected
     same = set(upstream) - {"_example", "deploy", "ingress"}
     assert {k: doc["data"][k] for k in same} == {k: upstream[k] for k in same}
+
+
+class _ServingFakeKubeApi(RecordedRequestFakeKubeApi):
+    """The recorded-request fake answering what `serve deploy` asks: chexflow's runtime (there
+    for `image`), InferenceServices (Ready once created, or never), their predictor pods
+    (running, or crash-looping with a log)."""
+
+    def __init__(self, image: str, crash: bool = False):
+        super().__init__()
+        self.image, self.crash = image, crash
+        self.isvcs: dict[str, dict] = {}
+
+    def _handle(self, method, path, query, body):
+        if path.endswith("/clusterservingruntimes/chexflow-predictor"):
+            return 200, serving_runtime(self.image)
+        m = re.match(r"^/apis/serving\.kserve\.io/v1beta1/namespaces/[^/]+/inferenceservices"
+                     r"(?:/([^/]+))?$", path)
+        if m:
+            return self._isvc(method, m.group(1), body)
+        if path.endswith("/pods") and method == "GET":
+            state = ({"waiting": {"reason": "CrashLoopBackOff"}} if self.crash else
+                     {"running": {}})
+            return 200, {"items": [{
+                "metadata": {"name": "cx-predictor-1", "namespace": "team-a"},
+                "status": {"phase": "Running", "podIP": "198.18.5.9", "containerStatuses": [{
+                    "name": "kserve-container", "ready": not self.crash, "restartCount": 3,
+                    "image": self.image, "imageID": "", "state": state}]}}]}
+        if path.endswith("/log"):
+            return 200, "ModuleNotFoundError: No module named 'kserve'"
+        return super()._handle(method, path, query, body)
+
+    def _isvc(self, method, name, body):
+        if method == "POST":
+            if body["metadata"]["name"] in self.isvcs:
+                return 409, {"kind": "Status", "reason": "AlreadyExists", "message": "exists"}
+            self.isvcs[body["metadata"]["name"]] = body
+            return 201, body
+        if method == "DELETE":
+            self.isvcs.pop(name)
+            return 200, {"kind": "Status", "status": "Success"}
+        if method == "PUT":
+            self.isvcs[name] = body
+            return 200, body
+        ready = "False" if self.crash else "True"
+        return 200, {**self.isvcs[name], "metadata": {**self.isvcs[name]["metadata"],
+                                                      "resourceVersion": "5"},
+                     "status": {"address": {"url": f"http://{name}-predictor.team-a.svc"},
+                                "conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def test_deploy_step_asks_exactly_what_serving_rbac_grants_and_deletes_what_never_got_ready(
+        monkeypatch):
+    """The pipeline's deploy step as chexflow-launcher: a new InferenceService, the same name
+    again (replaced), and one whose predictor crash-loops (one line with the end of its log;
+    deleted again). Its requests are what serving/rbac.yaml grants, no more."""
+    from chexflow import kube
+    from chexflow.components.steps import StepError, Target, deploy_step
+    from chexflow.serve.deploy import DeployError
+    from tests.rbac_requests import access, granted
+
+    image = "reg.example/chexflow/trainer:1"
+    target = Target(workdir="/mnt/chexflow/runs/r1", backend="kubernetes", namespace="team-a",
+                    data_pvc="data", trainer_image=image)
+    ok = _ServingFakeKubeApi(image)
+    monkeypatch.setattr(kube, "load_api_client", lambda *a, **k: ok.api_client())
+    for _ in range(2):  # created, then the same name again: replaced
+        url = deploy_step("/mnt/chexflow/runs/r1/train/best_model.keras", "cx", target)
+        assert url == "http://cx-predictor.team-a.svc"
+        model = ok.isvcs["cx"]["spec"]["predictor"]["model"]
+        assert model["storageUri"] == "pvc://data/runs/r1/train"
+    crashing = _ServingFakeKubeApi(image, crash=True)
+    monkeypatch.setattr(kube, "load_api_client", lambda *a, **k: crashing.api_client())
+    with pytest.raises(DeployError) as err:
+        deploy_step("/mnt/chexflow/runs/r1/train", "cx", target)
+    assert str(err.value) == (
+        "InferenceService team-a/cx not Ready after 0 s: pod cx-predictor-1 container "
+        "kserve-container keeps exiting (CrashLoopBackOff); its log ends: "
+        "ModuleNotFoundError: No module named 'kserve' (the InferenceService was deleted)")
+    assert crashing.isvcs == {}
+    used = {access(r.method, r.path, r.query) for f in (ok, crashing) for r in f.requests}
+    assert used == granted(REPO_ROOT / "serving" / "rbac.yaml")
+    with pytest.raises(StepError, match="deploy true: needs backend kubernetes"):
+        deploy_step("/x/best_model.keras", "cx", Target(workdir="/tmp/r", backend="local"))

@@ -164,6 +164,20 @@ def evaluate_op(
 
 
 @dsl.component(**COMPONENT)
+def deploy_op(
+    model_path: str,
+    name: str,
+    target: dict,
+) -> str:
+    """The trained model as a KServe InferenceService `name` in the run's namespace (chexflow's
+    ClusterServingRuntime, RawDeployment, the run folder mounted from the data PVC), once
+    Ready; returns its in-cluster URL."""
+    from chexflow.components.steps import Target, deploy_step
+
+    return deploy_step(model_path, name, Target.from_dict(target))
+
+
+@dsl.component(**COMPONENT)
 def report_op(
     train_summary: str,
     auroc_json: str,

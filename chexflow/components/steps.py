@@ -38,6 +38,8 @@ TUNE_TEMPLATES_COPY = "katib-trial-templates.yaml"
 # A trial's output folder under WORKDIR/tune/trials on a cluster (the run's folder, which the
 # images' user may write; Katib substitutes the trial's name).
 TRIAL_OUT = "/${trialParameters.trialName}"
+# How long the deploy step waits for its InferenceService at most (the run's timeout if less).
+DEPLOY_TIMEOUT_SECONDS = 900
 # The tune Job's pod only talks to the API server: half a core, not a training step's share.
 TUNE_CPU, TUNE_MEMORY = "500m", "1Gi"
 # Where the shared data PVC is mounted, in the component pods and in the MPIJob/Job pods.
@@ -512,6 +514,51 @@ def tune_trial_metrics(target: Target) -> dict[str, float | str]:
     return out
 
 
+# --- the optional deploy step: the trained model as a KServe InferenceService ---
+
+def serving_uri(model_path: str, target: Target) -> str:
+    """The storage URI KServe mounts for a trained model: its run folder (best_model.keras with
+    run.json) on the run's PVC, `pvc://CLAIM/PATH under the mount`."""
+    run = Path(model_path)
+    run = run.parent if run.suffix == ".keras" else run
+    if not run.is_relative_to(target.mount_path):
+        raise StepError(f"deploy: model {model_path} is not under {target.mount_path}, where "
+                        f"PVC {target.data_pvc} is mounted; KServe could not mount it")
+    return f"pvc://{target.data_pvc}/{run.relative_to(target.mount_path)}"
+
+
+def check_deploy(name: str, target: Target) -> None:
+    """The deploy step's inputs: a cluster to serve on and a name KServe takes there."""
+    from chexflow.serve.render import ServeError, check_host_name, check_name
+
+    if target.backend != "kubernetes":
+        raise StepError("deploy true: needs backend kubernetes (a cluster with KServe); the "
+                        f"backend is {target.backend}")
+    try:
+        check_name(name, "serve_name")
+        check_host_name(name, target.namespace, "serve_name")
+    except ServeError as e:
+        raise StepError(str(e)) from None
+
+
+def deploy_step(model_path: str, name: str, target: Target) -> str:
+    """The model as InferenceService `name` in the run's namespace (chexflow's runtime on the
+    run's trainer image), once KServe says it is Ready; its in-cluster URL."""
+    from chexflow.kube import load_api_client
+    from chexflow.serve.deploy import deploy
+    from chexflow.serve.render import inference_service
+
+    check_deploy(name, target)
+    isvc = inference_service(name, serving_uri(model_path, target), namespace=target.namespace,
+                             service_account=target.service_account or None)
+    done = deploy(load_api_client(), isvc, target.namespace,
+                  timeout=min(target.timeout_seconds, DEPLOY_TIMEOUT_SECONDS),
+                  image=target.trainer_image or None)
+    print(f"deploy: InferenceService {done.namespace}/{done.name} Ready at {done.url}",
+          flush=True)
+    return done.url or ""
+
+
 # --- each component's inputs checked before a run starts (`chexflow run`, before any step) ---
 # A check takes the inputs known then (the pipeline's parameters and its own constants; an
 # input an earlier step makes is left out) and applies the step's own rules to them: the same
@@ -538,6 +585,11 @@ def check_evaluate_op(inputs: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def check_deploy_op(inputs: dict[str, Any]) -> dict[str, Any]:
+    check_deploy(inputs["name"], Target.from_dict(inputs.get("target", {})))
+    return {}
+
+
 def check_tune_op(inputs: dict[str, Any]) -> dict[str, Any]:
     tune_job(*tune_inputs({"target": {}, **inputs}))
     return {}
@@ -548,6 +600,7 @@ def check_tune_op(inputs: dict[str, Any]) -> dict[str, Any]:
 STEP_CHECKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "target_op": check_target_op, "preprocess_op": check_preprocess_op,
     "train_op": check_train_op, "evaluate_op": check_evaluate_op, "tune_op": check_tune_op,
+    "deploy_op": check_deploy_op,
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from graphlib import TopologicalSorter
@@ -119,11 +120,25 @@ def _check_dag(spec: dict[str, Any], component: dict[str, Any], env: dict[str, V
         inputs = {k: v for k, ref in task.get("inputs", {}).get("parameters", {}).items()
                   if (v := _resolve(ref, env, outputs)) is not None}
         callee = spec["components"][task["componentRef"]["name"]]
+        if _condition_false(task, inputs):
+            continue  # a dsl.If whose parameter says it will not run (deploy=False)
         if "dag" in callee:
             for item_env in _iterations(task, inputs):
                 _check_dag(spec, callee, item_env)
         else:
             outputs[name] = _check_step(spec, name, callee, inputs)
+
+
+CONDITION = re.compile(r"^inputs\.parameter_values\['([^']+)'\] == (true|false)$")
+
+
+def _condition_false(task: dict[str, Any], inputs: dict[str, Value]) -> bool:
+    """A task under a dsl.If of one parameter compared with true or false (KFP's CEL), whose
+    value is known now and fails it; any other condition is taken to hold."""
+    match = CONDITION.match(task.get("triggerPolicy", {}).get("condition", ""))
+    if not match or match.group(1) not in inputs:
+        return False
+    return bool(inputs[match.group(1)].value) != (match.group(2) == "true")
 
 
 def _resolve(ref: dict[str, Any], env: dict[str, Value],

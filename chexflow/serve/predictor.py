@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from chexflow.data.pixels import ImageRejected, decode_greyscale
+from chexflow.serve.render import MODEL_DIR
 
 OUTPUT = "probabilities"
-MODEL_DIR = "/mnt/models"  # where KServe mounts an InferenceService's storageUri
 
 
 class RequestRejected(ValueError):

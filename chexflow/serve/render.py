@@ -18,7 +18,6 @@ import yaml
 
 from chexflow.container_images import header_lines, trainer_image
 from chexflow.errors import ChexflowError
-from chexflow.serve.predictor import MODEL_DIR
 
 GROUP, VERSION = "serving.kserve.io", "v1beta1"
 RUNTIME_VERSION = "v1alpha1"
@@ -26,6 +25,7 @@ RUNTIME_NAME = "chexflow-predictor"
 RUNTIME_FILE = Path(__file__).resolve().parents[2] / "serving" / "chexflow-runtime.yaml"
 MODEL_FORMAT = "chexflow"  # what an InferenceService's modelFormat names to get this runtime
 HTTP_PORT = 8080
+MODEL_DIR = "/mnt/models"  # where KServe mounts an InferenceService's storageUri
 DEPLOYMENT_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
 RENDER_COMMAND = "chexflow images render [--out DIR]"
 STORAGE_SCHEMES = ("pvc://", "s3://", "gs://", "https://", "http://", "hdfs://", "webhdfs://",
@@ -77,9 +77,9 @@ def runtime_text() -> str:
             + yaml.safe_dump(serving_runtime(), sort_keys=False, width=100))
 
 
-def check_name(name: str) -> str:
+def check_name(name: str, what: str = "--name") -> str:
     if not DNS_LABEL.match(name):
-        raise ServeError(f"--name {name!r}: expected a DNS label of lower-case letters, digits "
+        raise ServeError(f"{what} {name!r}: expected a DNS label of lower-case letters, digits "
                          "and '-', starting with a letter, at most 45 characters (KServe "
                          "appends -predictor)")
     return name
@@ -97,14 +97,14 @@ def check_storage_uri(uri: str) -> str:
     return uri
 
 
-def check_host_name(name: str, namespace: str) -> None:
+def check_host_name(name: str, namespace: str, what: str = "--name") -> None:
     """KServe names the predictor's host NAME-predictor-NAMESPACE (its ingress domainTemplate,
     also in RawDeployment) and refuses to reconcile an InferenceService whose host label is over
     63 characters, saying so only in its controller's log."""
     host = f"{name}-predictor-{namespace}"
     if len(host) > 63:
         room = max(0, 63 - len(host) + len(name))
-        raise ServeError(f"--name {name} in namespace {namespace}: KServe's host name {host} "
+        raise ServeError(f"{what} {name} in namespace {namespace}: KServe's host name {host} "
                          f"is {len(host)} characters, over the 63 of a DNS label (KServe would "
                          f"not create it); use a name of at most {room} characters here")
 
