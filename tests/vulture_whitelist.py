@@ -54,3 +54,8 @@ _.OUTCOME_ENV
 _.admitted
 # the fault run's launcher log, kept with its rows (chexflow.bench.cluster_faults.FaultRun)
 _.launcher_log
+# KServe's model server calls a Model's predict with these arguments by name, and reads its
+# input and output types for the v2 metadata (chexflow.serve.predictor)
+_.response_headers
+_.get_input_types
+_.get_output_types

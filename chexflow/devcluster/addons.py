@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from chexflow.devcluster.addon import AddOn
 from chexflow.devcluster.coscheduling import Coscheduling
 from chexflow.devcluster.katib import Katib
-from chexflow.devcluster.kubeproxy import KubeProxy
 from chexflow.devcluster.kserve import KServe
+from chexflow.devcluster.kubeproxy import KubeProxy
 from chexflow.devcluster.kueue import Kueue
 from chexflow.devcluster.realnode import RealNodes
 from chexflow.devcluster.registry import ClusterRegistry
