@@ -121,6 +121,36 @@ def pushed_trainer(k8s_cluster, trainer_image, tmp_path_factory) -> tuple[dict, 
     return env, reference
 
 
+@pytest.fixture(scope="package")
+def trainer_cluster(k8s_cluster, trainer_image):
+    """The session cluster with Trainer and JobSet, and chexflow's runtime whose pods use the
+    locally built trainer image."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from chexflow.devcluster.trainer import Trainer
+    from chexflow.jobs.trainjob import (
+        RUNTIME_PLURAL,
+        TRAINJOB_GROUP,
+        TRAINJOB_VERSION,
+        horovod_runtime,
+    )
+
+    if not k8s_cluster.has("trainer"):
+        start = time.monotonic()
+        k8s_cluster.add(Trainer(), timeout=180)
+        print(f"Trainer and JobSet up in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    custom = client.CustomObjectsApi(k8s_cluster.api_client())
+    body = horovod_runtime(image=trainer_image)
+    try:
+        custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
+                                            body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    return k8s_cluster
+
+
 def load_image(state_dir: Path, image) -> str:
     """Import a built image (images.BuiltImage) into a real node's containerd unless it is
     there already (its reference names its content); returns the reference. An earlier test

@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from chexflow.devcluster import nodes
-from chexflow.devcluster.trainer import Trainer
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.trainjob import (
     JOBSET_LABEL,
@@ -30,7 +29,6 @@ from chexflow.jobs.trainjob import (
     TRAINJOB_GROUP,
     TRAINJOB_PLURAL,
     TRAINJOB_VERSION,
-    horovod_runtime,
 )
 from tests.cluster.conftest import generated_tfrecords
 
@@ -39,28 +37,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 CHEXFLOW = [sys.executable, "-m", "chexflow.cli"]
 # the runtime rendered for the pushed trainer, beside the session's chexflow-horovod
 PUSHED_RUNTIME = "chexflow-horovod-pushed"
-
-
-@pytest.fixture(scope="module")
-def trainer_cluster(k8s_cluster, trainer_image):
-    """The session cluster with Trainer and JobSet, and chexflow's runtime whose pods use the
-    locally built trainer image."""
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
-    if not k8s_cluster.has("trainer"):
-        start = time.monotonic()
-        k8s_cluster.add(Trainer(), timeout=180)
-        print(f"Trainer and JobSet up in {time.monotonic() - start:.1f} s", file=sys.stderr)
-    custom = client.CustomObjectsApi(k8s_cluster.api_client())
-    body = horovod_runtime(image=trainer_image)
-    try:
-        custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
-                                            body)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    return k8s_cluster
 
 
 def _env(cluster, image: str) -> dict[str, str]:

@@ -1,0 +1,50 @@
+"""The Kubeflow SDK on chexflow's TrainJob runtime, as a notebook user drives it:
+notebooks/trainer-client.ipynb executed with nbclient on a kernel of the project's one
+environment, against the session cluster with Trainer v2 and chexflow's `chexflow-horovod`
+runtime (the locally built trainer image). `TrainerClient().train(CustomTrainer(func))` ships a
+function that runs chexflow's Horovod worker; the TrainJob's two nodes (the launcher is one)
+train DenseNet-121 with Horovod size 2 on real pods, and the SDK reads its status and logs."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from chexflow.envs import REPO_ROOT
+from chexflow.jobs.trainjob import JOBSET_LABEL, REPLICATED_JOB_LABEL
+
+pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
+
+NOTEBOOK = REPO_ROOT / "notebooks" / "trainer-client.ipynb"
+
+
+def test_trainer_client_trains_chexflows_densenet_on_two_nodes_from_the_notebook(
+        trainer_cluster, k8s_api, real_namespace, tmp_path, monkeypatch):
+    from kubernetes import client
+
+    namespace, _ = real_namespace
+    monkeypatch.setenv("KUBECONFIG", str(trainer_cluster.kubeconfig))
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
+        f"NAMESPACE = {namespace!r}\nCPU, MEMORY = '750m', '3Gi'",
+        metadata={"tags": ["injected-parameters"]}))
+    NotebookClient(nb, timeout=1200, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+                   for out in cell.get("outputs", []))
+    assert "runtime chexflow-horovod: horovod, image chexflow.local/trainer:" in text
+    assert "entrypoint mpirun --hostfile /etc/mpi/hostfile" in text
+    assert ": Complete, steps [('node-0', " in text, text[-3000:]
+
+    jobs = client.CustomObjectsApi(k8s_api).list_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs")["items"]
+    (job,) = jobs
+    assert job["spec"]["runtimeRef"]["name"] == "chexflow-horovod"
+    assert job["spec"]["trainer"]["numNodes"] == 2
+    pods = client.CoreV1Api(k8s_api).list_namespaced_pod(
+        namespace, label_selector=f"{JOBSET_LABEL}={job['metadata']['name']}").items
+    assert sorted(p.metadata.labels[REPLICATED_JOB_LABEL] for p in pods) == ["launcher", "node"]
+    assert "train: densenet121 32px, 2 workers (cpu, mpi controller)" in text, text[-3000:]
+    assert "final val_auroc=" in text
