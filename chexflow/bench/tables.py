@@ -138,7 +138,7 @@ def experiment_faults(doc: dict) -> str:
 
 def bench_output(doc: dict) -> str:
     """A `chexflow bench` run's JSON: its comparisons, then the sections beside them."""
-    from chexflow.bench import allreduce, contention, real_pods
+    from chexflow.bench import allreduce, contention, real_pods, serving
 
     results = doc.get("results", [])
     if "settings" in doc and results and "policy" in results[0]:
@@ -148,6 +148,7 @@ def bench_output(doc: dict) -> str:
               for k in ("horovod_options_account", "allreduce_account") if k in doc]
     parts += [real_pods.markdown(r).lstrip("\n") for r in results
               if "startup" in r.get("notes", {})]
+    parts += [serving.markdown(r) for r in results[:1] if "latency" in r.get("notes", {})]
     return "\n".join(parts)
 
 
