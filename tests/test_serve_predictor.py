@@ -22,6 +22,8 @@ import pytest
 from chexflow.ports import free_port
 from tests.conftest import CHEXFLOW
 
+pytestmark = [pytest.mark.trainer, pytest.mark.slow]  # the demo's training run
+
 ATOL = 1e-5
 MODEL = "chexnet"
 
