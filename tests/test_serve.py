@@ -68,7 +68,7 @@ def test_runtime_and_inference_service_validate_against_kserves_crds():
     assert model["modelFormat"] == {"name": "chexflow"}
     assert model["runtime"] == runtime["metadata"]["name"] == "chexflow-predictor"
     assert isvc["metadata"]["annotations"] == {
-        "serving.kserve.io/deploymentMode": "RawDeployment"}
+        "serving.kserve.io/deploymentMode": "Standard"}
 
 
 def test_serve_render_prints_what_kubectl_applies_and_refuses_bad_input_in_one_line(tmp_path):

@@ -27,6 +27,12 @@ MODEL_FORMAT = "chexflow"  # what an InferenceService's modelFormat names to get
 HTTP_PORT = 8080
 MODEL_DIR = "/mnt/models"  # where KServe mounts an InferenceService's storageUri
 DEPLOYMENT_MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+# KServe v0.16's name for RawDeployment (a Deployment and a Service, no Knative). Its older name
+# "RawDeployment" is accepted on create, but the status then records "Standard" and v0.16's
+# validating webhook refuses every later update whose annotation differs from the status
+# (inference_service_validation.go, validateDeploymentMode), the controller's own finalizer
+# removal included: such an InferenceService can be neither replaced nor deleted.
+DEPLOYMENT_MODE = "Standard"
 RENDER_COMMAND = "chexflow images render [--out DIR]"
 STORAGE_SCHEMES = ("pvc://", "s3://", "gs://", "https://", "http://", "hdfs://", "webhdfs://",
                    "oci://", "hf://")
@@ -130,7 +136,7 @@ def inference_service(name: str, storage_uri: str, namespace: str | None = None,
         predictor["tolerations"] = list(tolerations)
     metadata: dict[str, Any] = {
         "name": check_name(name),
-        "annotations": {DEPLOYMENT_MODE_ANNOTATION: "RawDeployment", **(annotations or {})},
+        "annotations": {DEPLOYMENT_MODE_ANNOTATION: DEPLOYMENT_MODE, **(annotations or {})},
         "labels": {"app.kubernetes.io/managed-by": "chexflow"}}
     if namespace:
         check_host_name(name, namespace)

@@ -105,3 +105,21 @@ def test_an_inference_service_on_a_real_pod_answers_v1_and_v2_with_predicts_prob
     status, body = post(f"{base}/v1/models/cx:predict", {"instances": [{"b64": b64(p)}
                                                                             for p in paths]})
     assert status == 200
+
+    # deleted, KServe's finalizer removal passes its own webhook (its deploymentMode unchanged)
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    custom = client.CustomObjectsApi(kserve_cluster.api_client())
+    custom.delete_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace,
+                                           "inferenceservices", "cx")
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            custom.get_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace,
+                                                "inferenceservices", "cx")
+        except ApiException as e:
+            assert e.status == 404
+            break
+        assert time.monotonic() < deadline, "the InferenceService was not deleted in 120 s"
+        time.sleep(1)
