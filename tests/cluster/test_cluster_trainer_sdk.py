@@ -38,8 +38,8 @@ def test_trainer_client_trains_chexflows_densenet_on_two_nodes_from_the_notebook
                    for out in cell.get("outputs", []))
     assert "runtime chexflow-horovod: horovod, image chexflow.local/trainer:" in text
     assert "entrypoint mpirun --hostfile /etc/mpi/hostfile" in text
-    assert ": Complete, steps [('node-0', 'Succeeded'), ('node-1', 'Succeeded')]" in text, \
-        text[-3000:]
+    # node-1's pod may be gone already: JobSet ends the node pods once the launcher completes
+    assert ": Complete, steps [('node-0', 'Succeeded')" in text, text[-3000:]
 
     jobs = client.CustomObjectsApi(k8s_api).list_namespaced_custom_object(
         "trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs")["items"]
