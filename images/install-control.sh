@@ -22,9 +22,10 @@ fi
 echo ">> control environment: $venv (python: $python)"
 uv_venv "$venv" "$python"
 uv_install "$venv" "pip>=24" "setuptools>=70" wheel -r "$here/requirements-control.txt"
-# Katib's gRPC API messages (katib_api_pb2, for `chexflow katib-suggestion`) from the Katib SDK
-# wheel alone: its dependencies pin protobuf < 5, which kfp cannot share.
-uv_install "$venv" --no-deps kubeflow-katib==0.19.0
+# The Katib SDK without its dependencies, which pin protobuf < 5 where kfp needs 6: its gRPC API
+# messages (katib_api_pb2, for `chexflow katib-suggestion`) and KatibClient, which imports the
+# training SDK's models (notebooks/katib-client.ipynb). Both work with protobuf 6.
+uv_install "$venv" --no-deps kubeflow-katib==0.19.0 kubeflow-training==1.9.3
 case "$mode" in
   --editable) uv_install "$venv" --no-deps -e "$root" ;;
   --install) uv_install "$venv" --no-deps "$root" ;;

@@ -10,31 +10,20 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 from chexflow.envs import REPO_ROOT
 from chexflow.ports import free_port
 from tests.kfp_fake import FakeKfpApi
+from tests.support import notebooks
+from tests.support.notebooks import text_of
 
 NOTEBOOK = REPO_ROOT / "notebooks" / "submit.ipynb"
 
 
 def execute(folder: Path, **params) -> nbformat.NotebookNode:
     """The notebook run in `folder` with `params` set after its parameters cell."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
-        "\n".join(f"{name} = {value!r}" for name, value in params.items()),
-        metadata={"tags": ["injected-parameters"]}))
-    NotebookClient(nb, timeout=600, kernel_name=nb.metadata.kernelspec.name,
-                   resources={"metadata": {"path": str(folder)}}).execute()
-    return nb
-
-
-def text_of(nb: nbformat.NotebookNode) -> str:
-    return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                   for out in cell.get("outputs", []))
+    return notebooks.execute(NOTEBOOK, folder, **params)
 
 
 def test_the_notebook_submits_both_runs_as_chexflows_account_and_checks_the_local_run(

@@ -278,6 +278,37 @@ def katib_trainer_image(katib_cluster) -> str:
 
 
 @pytest.fixture(scope="package")
+def katib_trainer(katib_cluster, katib_trainer_image):
+    """The Katib cluster with Trainer and JobSet added (Katib's controller restarted to watch
+    TrainJobs) and chexflow's runtime whose pods use the trainer image loaded there."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from chexflow.devcluster.trainer import Trainer
+    from chexflow.jobs.trainjob import (
+        RUNTIME_NAME,
+        RUNTIME_PLURAL,
+        TRAINJOB_GROUP,
+        TRAINJOB_VERSION,
+        horovod_runtime,
+    )
+
+    if not katib_cluster.has("trainer"):
+        katib_cluster.add(Trainer(), timeout=300)
+    custom = client.CustomObjectsApi(katib_cluster.api_client())
+    body = horovod_runtime(image=katib_trainer_image)  # the node pods' image
+    try:
+        custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
+                                            body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        custom.patch_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
+                                           RUNTIME_NAME, {"spec": body["spec"]})
+    return katib_cluster
+
+
+@pytest.fixture(scope="package")
 def katib_launcher_image(katib_cluster) -> str:
     """The launcher image (images/launcher/Dockerfile: the control environment), loaded into
     the Katib cluster's real node."""

@@ -4,8 +4,10 @@ chexflow's Horovod runtime (2 nodes, the launcher one of them) training DenseNet
 generated TFRecords, run to Succeeded. Katib's pod webhook puts its metrics collector only in
 the launcher pod (the spec's primaryPodLabels), which prints val_auroc: each Trial's
 observation is the trial's metrics.json. The optimal trial, read from the same records by the
-local runner's rules for this spec, is Katib's. Then the local runner runs the same spec (the
-TrainJob trial's trainer command under horovodrun) on the same data."""
+local runner's rules for this spec, is Katib's; the Katib SDK's KatibClient reads the same
+Experiment, its optimal trial and its DB's metrics (notebooks/katib-client.ipynb, executed with
+nbclient). Then the local runner runs the same spec (the TrainJob trial's trainer command under
+horovodrun) on the same data."""
 
 from __future__ import annotations
 
@@ -18,23 +20,19 @@ import time
 
 import pytest
 
-from chexflow.devcluster.trainer import Trainer
 from chexflow.envs import REPO_ROOT
 from chexflow.jobs.trainjob import (
     JOBSET_LABEL,
     REPLICATED_JOB_LABEL,
-    RUNTIME_NAME,
-    RUNTIME_PLURAL,
-    TRAINJOB_GROUP,
-    TRAINJOB_VERSION,
-    horovod_runtime,
 )
 from tests.cluster.conftest import generated_tfrecords, hostpath_claim
 from tests.cluster.test_cluster_katib_tune import CHEXFLOW, TRIAL_ARGS
+from tests.support.notebooks import execute, text_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
 SPEC = REPO_ROOT / "katib" / "specs" / "chexnet-random-trainjob.yaml"
+KATIB_CLIENT = REPO_ROOT / "notebooks" / "katib-client.ipynb"
 TRAINER = "spec.trialTemplate.trialSpec.spec.trainer"
 COLLECTOR = "metrics-logger-and-collector"  # Katib's sidecar (MetricLoggerCollectorContainerName)
 SETS = ["spec.maxTrialCount=2", "spec.parallelTrialCount=1", "spec.maxFailedTrialCount=1",
@@ -78,25 +76,13 @@ class PodLog(threading.Thread):
 # `chexflow train` refused in one line. The data is now 160 images (80 to train: 32 x 2 fits).
 @pytest.mark.timeout(2400)
 def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
-        katib_cluster, katib_namespace, katib_trainer_image, tmp_path):
+        katib_trainer, katib_namespace, katib_trainer_image, tmp_path, monkeypatch):
     from kubernetes import client
-    from kubernetes.client.rest import ApiException
 
     from chexflow.katib.experiment.spec import load_experiment
 
-    if not katib_cluster.has("trainer"):  # Trainer and JobSet, then Katib's controller restarted
-        katib_cluster.add(Trainer(), timeout=300)
-    api, ns = katib_cluster.api_client(), katib_namespace
+    api, ns = katib_trainer.api_client(), katib_namespace
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    with_image = horovod_runtime(image=katib_trainer_image)  # the node pods' image
-    try:
-        custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
-                                            with_image)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        custom.patch_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
-                                           RUNTIME_NAME, {"spec": with_image["spec"]})
     shared = tmp_path / "pvc"
     (shared / "runs" / "katib").mkdir(parents=True)
     for folder in (shared, shared / "runs", shared / "runs" / "katib"):
@@ -113,7 +99,7 @@ def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
              str(tmp_path / "state"), "--poll-interval", "3", "--timeout", "1500",
              "--set", f"metadata.name={name}", *tiny_trainjob(katib_trainer_image)],
             cwd=REPO_ROOT, capture_output=True, text=True, timeout=1700,
-            env={**os.environ, "KUBECONFIG": str(katib_cluster.kubeconfig)})
+            env={**os.environ, "KUBECONFIG": str(katib_trainer.kubeconfig)})
         print(f"tune --cluster, 2 TrainJob trials: {time.monotonic() - start:.0f} s",
               file=sys.stderr)
     finally:
@@ -168,6 +154,20 @@ def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
     assigned = [{a["name"]: a["value"] for a in t["spec"]["parameterAssignments"]}
                 for t in trials]
     print(f"Katib's assignments (goptuna random, random_state 7): {assigned}", file=sys.stderr)
+
+    # the Katib SDK reads the Experiment from a notebook (notebooks/katib-client.ipynb)
+    db_manager = core.read_namespaced_service("katib-db-manager", "kubeflow").spec.cluster_ip
+    monkeypatch.setenv("KUBECONFIG", str(katib_trainer.kubeconfig))  # the kernel's
+    text = text_of(execute(KATIB_CLIENT, tmp_path, timeout=300, NAMESPACE=ns, EXPERIMENT=name,
+                           DB_MANAGER=f"{db_manager}:6789"))
+    assert f"{name}: random, maximize val_auroc, trials are TrainJobs" in text, text
+    assert "batch-size (discrete): ['8', '16', '32']" in text, text
+    assert "succeeded: True" in text
+    assert f"optimal trial {katibs['bestTrialName']}: " in text, text
+    for trial in trials:
+        assert f"  {trial['metadata']['name']}: Succeeded, " in text, text
+    best = next(m for m in katibs["observation"]["metrics"] if m["name"] == "val_auroc")
+    assert f"  val_auroc={best['latest']}" in text, text  # from Katib's DB, over gRPC
 
     # the same spec through the local runner on the same data: TrainJob trials under horovodrun
     local = subprocess.run(
