@@ -25,9 +25,9 @@ def test_cache_key_is_the_one_build_sh_computes(tmp_path, monkeypatch):
                          env={"CHEXFLOW_K8S_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin",
                               "HOME": str(tmp_path)}).stdout.strip()
     assert out == str(trainer.cache_dir())
-    assert trainer.cache_dir().name.startswith("trainer-v2.2.0-")
+    assert trainer.cache_dir().name.startswith("trainer-v2.3.0-")
     assert required_version(trainer.TRAINER_DIR / "jobset" / "go.mod",
-                            "sigs.k8s.io/jobset") == "v0.11.1"
+                            "sigs.k8s.io/jobset") == "v0.12.0"
 
 
 def test_configurations_keep_every_server_on_loopback_without_leader_election():
@@ -45,13 +45,17 @@ def test_configurations_keep_every_server_on_loopback_without_leader_election():
     assert tr["certManagement"] == {"enable": False}
 
 
-def test_json_patch_replaces_and_refuses_other_ops():
+def test_json_patch_replaces_adds_and_refuses_other_ops():
     doc = {"metadata": {"name": "a"}, "webhooks": [{"x": 1}, {"x": 2}]}
     trainer._json_patch(doc, [{"op": "replace", "path": "/webhooks/1", "value": {"x": 3}},
-                              {"op": "replace", "path": "/metadata/name", "value": "b"}])
-    assert doc == {"metadata": {"name": "b"}, "webhooks": [{"x": 1}, {"x": 3}]}
-    with pytest.raises(trainer.TrainerError, match="unsupported op 'add'"):
-        trainer._json_patch(doc, [{"op": "add", "path": "/x", "value": 1}])
+                              {"op": "replace", "path": "/metadata/name", "value": "b"},
+                              {"op": "add", "path": "/webhooks/0/objectSelector", "value": {}},
+                              {"op": "add", "path": "/webhooks/-", "value": {"x": 4}},
+                              {"op": "add", "path": "/webhooks/0", "value": {"x": 0}}])
+    assert doc == {"metadata": {"name": "b"},
+                   "webhooks": [{"x": 0}, {"x": 1, "objectSelector": {}}, {"x": 3}, {"x": 4}]}
+    with pytest.raises(trainer.TrainerError, match="unsupported op 'remove'"):
+        trainer._json_patch(doc, [{"op": "remove", "path": "/metadata"}])
 
 
 @pytest.mark.slow
@@ -66,6 +70,10 @@ def test_webhooks_from_the_built_manifests_call_loopback_and_select_jobset_pods(
         for hook in doc["webhooks"]:
             assert hook["clientConfig"]["url"].startswith(f"https://127.0.0.1:{port}/")
             assert hook["clientConfig"]["caBundle"] == "Q0E="
+    # Trainer's validating patch: objects labelled webhook-validation=disabled opt out
+    (validating,) = [d for d in tr if d["metadata"]["name"] == "trainer-validating"]
+    assert validating["webhooks"][0]["objectSelector"]["matchExpressions"][0]["key"] == \
+        "trainer.kubeflow.org/webhook-validation"
     pod_hooks = [h for d in js for h in d["webhooks"] if h["clientConfig"]["url"].endswith(
         "--v1-pod")]
     assert len(pod_hooks) == 2  # JobSet's kustomize patch: only pods of a JobSet

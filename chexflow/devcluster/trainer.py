@@ -27,12 +27,13 @@ from chexflow.errors import ChexflowError
 
 TRAINER_DIR = GO_DIR / "trainer"
 BUILD_SCRIPT = TRAINER_DIR / "build.sh"
-# Trainer's module here, JobSet's in jobset/ (v0.11.1 does not build with Trainer's
-# controller-runtime v0.23)
+# Trainer's module here, JobSet's in jobset/ (each program with the versions its project selects)
 BUILD_INPUTS = ("go.mod", "go.sum", "jobset/go.mod", "jobset/go.sum", "build.sh")
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
 JOBSET_EXE, TRAINER_EXE = "jobset-controller", "trainer-controller-manager"
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+SYSTEM_NAMESPACE = "kubeflow-system"  # Trainer's, where the Kubeflow SDK looks for its version
+PUBLIC_CONFIG_MAP = "kubeflow-trainer-public"
 PORTS = ("jobset_webhook", "jobset_health", "trainer_webhook", "trainer_health")
 
 
@@ -55,18 +56,21 @@ def serving_cert(pki: certs.PKI) -> Path:
 
 
 def _json_patch(doc: dict, ops: list[dict]) -> dict:
-    """The `replace` operations of a kustomize JSON patch (all these manifests use)."""
+    """The `replace` and `add` operations (RFC 6902) of a kustomize JSON patch: those these
+    manifests use."""
     for op in ops:
-        if op.get("op") != "replace":
+        if op.get("op") not in ("replace", "add"):
             raise TrainerError(f"webhook patch: unsupported op {op.get('op')!r}")
         *parents, last = op["path"].strip("/").split("/")
         target: object = doc
         for part in parents:
             target = target[int(part)] if isinstance(target, list) else target[part]
-        if isinstance(target, list):
+        if not isinstance(target, list):
+            target[last] = op["value"]
+        elif op["op"] == "replace":
             target[int(last)] = op["value"]
         else:
-            target[last] = op["value"]
+            target.insert(len(target) if last == "-" else int(last), op["value"])
     return doc
 
 
@@ -92,13 +96,51 @@ def webhook_configurations(bin_dir: Path, component: str, port: int,
     return out
 
 
+def public_objects(bin_dir: Path) -> list[dict]:
+    """Trainer's public ConfigMap (its release, as the manager overlay's configMapGenerator writes
+    it: the Kubeflow SDK reads it) and the module's Role and RoleBinding that let every
+    authenticated user read it, in Trainer's namespace."""
+    from chexflow.devcluster.binaries import required_version
+
+    version = required_version(TRAINER_DIR / "go.mod", TRAINER_MODULE)
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}},
+            {"apiVersion": "v1", "kind": "ConfigMap",
+             "metadata": {"name": PUBLIC_CONFIG_MAP, "namespace": SYSTEM_NAMESPACE},
+             "data": {"kubeflow_trainer_version": version}}]
+    for path in sorted((bin_dir / "rbac").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        doc["metadata"]["namespace"] = SYSTEM_NAMESPACE
+        docs.append(doc)
+    return docs
+
+
+def apply_public_objects(api, docs: list[dict]) -> None:
+    """Create each of `docs`, or replace the one a resumed cluster has."""
+    from kubernetes import utils
+    from kubernetes.dynamic import DynamicClient
+
+    for doc in docs:
+        try:
+            utils.create_from_dict(api, doc)
+        except utils.FailToCreateError as e:
+            if not all(x.status == 409 for x in e.api_exceptions):
+                reason = "; ".join(f"{x.status} {x.reason}" for x in e.api_exceptions)
+                raise TrainerError(f"{doc['kind']} {doc['metadata']['name']}: {reason}") from None
+            if doc["kind"] != "Namespace":
+                DynamicClient(api).resources.get(api_version=doc["apiVersion"], kind=doc["kind"]
+                                                 ).server_side_apply(
+                    body=doc, field_manager="chexflow", force_conflicts=True)
+
+
 def install(api, bin_dir: Path, ports: dict[str, int], pki: certs.PKI, timeout: float) -> None:
-    """JobSet's and Trainer's CRDs and webhook configurations, before the managers start."""
+    """JobSet's and Trainer's CRDs, webhook configurations and public ConfigMap, before the
+    managers start."""
     crds.install_crds(api, sorted((bin_dir / "crds").glob("*/*.yaml")), timeout=timeout)
     ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
     for component in ("jobset", "trainer"):
         crds.apply_webhook_configurations(api, webhook_configurations(
             bin_dir, component, ports[f"{component}_webhook"], ca_bundle), TrainerError)
+    apply_public_objects(api, public_objects(bin_dir))
 
 
 def jobset_configuration(ports: dict[str, int], cert_dir: Path) -> dict:

@@ -3,7 +3,7 @@
 
 The runtime uses Trainer's `mlPolicy.mpi` (OpenMPI; Trainer makes the ssh keys Secret and the
 /etc/mpi/hostfile ConfigMap) with `runLauncherAsNode`: the launcher pod runs mpirun and is itself
-one of the job's nodes, so TrainJob.spec.trainer.resourcesPerNode (which Trainer v2.2 applies to
+one of the job's nodes, so TrainJob.spec.trainer.resourcesPerNode (which Trainer v2.3 applies to
 the launcher and, with runLauncherAsNode only, to the `node` pods) gives every node the same
 resources, growing with its GPUs. The `node` pods run the trainer image's sshd (non-root user
 chexflow, port 2222) and are Ready when it accepts connections; JobSet's InOrder startup policy
@@ -24,6 +24,7 @@ backend refuses, before creating anything, a TrainJob whose image is not the run
 
 from __future__ import annotations
 
+import argparse
 import copy
 import sys
 from pathlib import Path
@@ -62,7 +63,14 @@ def _runtime_pod(container: dict, volumes: list, role: str) -> dict[str, Any]:
     probe = JobSpec(name=RUNTIME_NAME, command=["true"], horovod=True)
     template = render.pod_template(probe, container, volumes, role, None, ClusterOptions())
     template["metadata"]["labels"].pop("chexflow.io/job")
-    template["spec"]["restartPolicy"] = "OnFailure" if role == LAUNCHER else "Never"
+    # Never, the launcher too: each failed attempt is a pod of its own that the Job controller
+    # keeps, so `kubectl logs` still reads it once the TrainJob has failed (with OnFailure the
+    # Job controller deletes the restarted pod, and its log, when it gives up)
+    template["spec"]["restartPolicy"] = "Never"
+    # Trainer v2.3 mounts the ssh private key with mode 0640 (root-owned): the image's user reads
+    # it, as sshd's host key and ssh's identity, through the group the pod's fsGroup gives it
+    template["spec"]["securityContext"] = {"fsGroup": IMAGE_UID,
+                                           "fsGroupChangePolicy": "OnRootMismatch"}
     container.pop("resources")  # the TrainJob's resourcesPerNode
     return template
 
@@ -220,8 +228,11 @@ def render_trainjob(
 
 def main(argv: list[str] | None = None) -> int:
     """Write trainjob/horovod-runtime.yaml (or the path given) for the chosen images."""
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0]) if args else RUNTIME_FILE
+    parser = argparse.ArgumentParser(prog="python -m chexflow.jobs.trainjob",
+                                     description=main.__doc__)
+    parser.add_argument("path", nargs="?", type=Path, default=RUNTIME_FILE,
+                        help=f"where to write it (default {RUNTIME_FILE})")
+    path = parser.parse_args(argv).path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(runtime_text())
     print(f"wrote {path}")

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 
-import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from chexflow.envs import REPO_ROOT
+from tests.support.notebooks import execute, text_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
@@ -27,16 +26,14 @@ def test_trainer_client_trains_chexflows_densenet_on_two_nodes_from_the_notebook
 
     namespace, _ = real_namespace
     monkeypatch.setenv("KUBECONFIG", str(trainer_cluster.kubeconfig))
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
-    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(
-        f"NAMESPACE = {namespace!r}\nCPU, MEMORY = '750m', '3Gi'",
-        metadata={"tags": ["injected-parameters"]}))
-    NotebookClient(nb, timeout=1200, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    text = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                   for out in cell.get("outputs", []))
+    text = text_of(execute(NOTEBOOK, tmp_path, timeout=1200, NAMESPACE=namespace, CPU="750m",
+                           MEMORY="3Gi"))
     assert "runtime chexflow-horovod: horovod, image chexflow.local/trainer:" in text
+    # Trainer v2.3's public ConfigMap is there, so the SDK warns of no missing version
+    assert "kubeflow-trainer-public" not in text, text[:3000]
+    version = client.CoreV1Api(k8s_api).read_namespaced_config_map(
+        "kubeflow-trainer-public", "kubeflow-system").data["kubeflow_trainer_version"]
+    assert version == "v2.3.0"
     assert "entrypoint mpirun --hostfile /etc/mpi/hostfile" in text
     # node-1's pod may be gone already: JobSet ends the node pods once the launcher completes
     assert ": Complete, steps [('node-0', 'Succeeded')" in text, text[-3000:]

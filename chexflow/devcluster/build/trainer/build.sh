@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds Kubeflow Trainer v2's controller manager (github.com/kubeflow/trainer/v2/cmd/
 # trainer-controller-manager) and JobSet's controller (sigs.k8s.io/jobset, its module root) from
-# their Go modules (go.mod beside this script for Trainer, jobset/go.mod for JobSet: JobSet v0.11.1
-# does not build against Trainer's controller-runtime), static (CGO_ENABLED=0), and copies the
-# CRDs and webhook manifests the modules ship beside them:
+# their Go modules (go.mod beside this script for Trainer, jobset/go.mod for JobSet, each with the
+# versions its own go.mod selects), static (CGO_ENABLED=0), and copies the CRDs, webhook
+# manifests and the Role of Trainer's public ConfigMap the modules ship beside them:
 #   chexflow/devcluster/build/trainer/build.sh [DEST]
 # DEST defaults to $CHEXFLOW_K8S_CACHE/trainer-<key> (~/.cache/chexflow/k8s/trainer-<key>), where
 # <key> is the Trainer release plus a hash of both go.mod and go.sum files and this script
@@ -62,8 +62,13 @@ cp "$jobset_src"/config/components/webhook/patches/mutating-patch.yaml \
 cp "$jobset_src"/config/components/webhook/patches/validating-patch.yaml \
   "$tmp/webhooks/jobset/patch_validating.yaml"
 
+# the Role and RoleBinding that let every user read Trainer's public ConfigMap (its version, which
+# the Kubeflow SDK reads), as Trainer's manager overlay installs them
+mkdir -p "$tmp/rbac"
+cp "$trainer_src"/manifests/base/rbac/public_configmap_role{,_binding}.yaml "$tmp/rbac/"
+
 (cd "$tmp" && sha256sum jobset-controller trainer-controller-manager webhooks/*/*.yaml \
-  crds/*/*.yaml > SHA256SUMS)
+  crds/*/*.yaml rbac/*.yaml > SHA256SUMS)
 { go version; go list -m -f '{{.Path}} {{.Version}}' github.com/kubeflow/trainer/v2 \
   sigs.k8s.io/controller-runtime k8s.io/client-go
   cd jobset && go list -m -f 'jobset: {{.Path}} {{.Version}}' sigs.k8s.io/jobset \
