@@ -26,7 +26,7 @@ from chexflow.errors import ChexflowError
 GO_DIR = Path(__file__).resolve().parent / "build"
 BUILD_SCRIPT = GO_DIR / "build.sh"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-            "mpi-operator")
+            "mpi-operator", "kubectl")
 NODE_BUILD_SCRIPT = GO_DIR / "build-node.sh"
 NODE_BINARIES = ("kubelet", "kube-proxy", "coredns", "pause")
 NODE_INPUTS = ("go.mod", "go.sum", "node/go.mod", "node/go.sum", "node/coredns/main.go",

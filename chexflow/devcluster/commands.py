@@ -1,7 +1,7 @@
 """`chexflow cluster up|down|env|build` and `chexflow images build`: the dev cluster by hand.
 
     chexflow cluster up                 # builds binaries on first use, then starts (~20 s)
-    eval "$(chexflow cluster env)"      # export KUBECONFIG=...
+    eval "$(chexflow cluster env)"      # export KUBECONFIG=... PATH=DIR/bin:... (its kubectl)
     chexflow cluster status             # which components run, which are down, restarts
     chexflow cluster down               # a later `up` resumes it with its objects (--fresh: not)
     chexflow images build trainer --load     # build (cached by content), load into the cluster
@@ -78,7 +78,8 @@ def _register_cluster(subparsers: argparse._SubParsersAction) -> None:
                            "images, several GB with the trainer's) for the next `cluster up`")
     down.set_defaults(func=cmd_down)
 
-    env = sub.add_parser("env", help="print `export KUBECONFIG=...` for eval")
+    env = sub.add_parser("env", help="print `export KUBECONFIG=...` and PATH with its kubectl, "
+                                     "for eval")
     _dir_arg(env)
     env.set_defaults(func=cmd_env)
 
@@ -137,7 +138,7 @@ def cmd_up(args: argparse.Namespace) -> int:
           + (f"; resumed the objects in {args.dir / 'etcd'}" if resumed else ""),
           file=sys.stderr)
     print(f"logs: {cluster.log_dir}", file=sys.stderr)
-    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    print(exports(cluster))
     if not args.foreground:
         return 0
     print("Ctrl-C stops it; components that exit are restarted", file=sys.stderr)
@@ -246,6 +247,12 @@ def _status_verdict(cluster, down: list[str], missing: list[str], supervised: bo
     return None
 
 
+def exports(cluster) -> str:
+    """The shell lines that point kubectl (the cluster's own, on PATH first) at the cluster."""
+    return (f"export KUBECONFIG={cluster.kubeconfig}\n"
+            f'export PATH="{cluster.path_dir}:$PATH"')
+
+
 def cmd_env(args: argparse.Namespace) -> int:
     from chexflow.devcluster.controlplane import LocalCluster
     from chexflow.devcluster.supervisor import DevClusterError
@@ -254,7 +261,7 @@ def cmd_env(args: argparse.Namespace) -> int:
     if not cluster.running():
         raise DevClusterError(f"the cluster recorded in {args.dir} is not running "
                            "(start it: chexflow cluster up)")
-    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    print(exports(cluster))
     return 0
 
 

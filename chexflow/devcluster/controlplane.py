@@ -147,6 +147,11 @@ class LocalCluster:
         return self.state_dir / "logs"
 
     @property
+    def path_dir(self) -> Path:
+        """The folder `cluster up` puts on PATH: kubectl of the cluster's Kubernetes release."""
+        return self.state_dir / "bin"
+
+    @property
     def pki(self) -> certs.PKI:
         return certs.PKI(self.state_dir / "pki")
 
@@ -214,6 +219,7 @@ class LocalCluster:
                                   f"run `chexflow cluster down --dir {self.state_dir}` first")
         self.bin_dir = Path(self.bin_dir or binaries.ensure_binaries())
         self._reset(fresh)
+        self._link_kubectl()
         with locked(self.state_dir):  # after a stop under way, not during it
             for stale in (STOPPING_FILE, WATCHER_FILE):
                 (self.state_dir / stale).unlink(missing_ok=True)  # left by a crash
@@ -326,6 +332,13 @@ class LocalCluster:
     def save(self) -> None:
         self.supervisor.save()
         (self.state_dir / PORTS_FILE).write_text(json.dumps(self.ports))
+
+    def _link_kubectl(self) -> None:
+        """state_dir/bin/kubectl: the kubectl built with the control plane (build/build.sh)."""
+        link = self.path_dir / "kubectl"
+        self.path_dir.mkdir(exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to(self.bin_dir / "kubectl")
 
     @classmethod
     def attach(cls, state_dir: Path) -> LocalCluster:

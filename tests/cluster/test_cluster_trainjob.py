@@ -254,6 +254,8 @@ def test_a_node_selector_nothing_matches_is_one_line(trainer_cluster, k8s_namesp
 
 
 PLAIN_RANK = "import os, sys; print('rank', os.environ['OMPI_COMM_WORLD_RANK'], sys.executable)"
+FAILING_RANK = ("import os, sys; print('rank', os.environ['OMPI_COMM_WORLD_RANK'], "
+                "'failed: no data', flush=True); sys.exit(3)")
 
 
 def test_a_plain_trainjob_with_mpirun_and_no_forwarded_environment_runs_python_on_every_rank(
@@ -292,3 +294,39 @@ def test_a_plain_trainjob_with_mpirun_and_no_forwarded_environment_runs_python_o
     ranks = sorted(line.split()[1:] for line in log.splitlines() if line.startswith("rank "))
     assert ranks == [["0", "/opt/chexflow/venv/bin/python"],
                      ["1", "/opt/chexflow/venv/bin/python"]], log[-3000:]
+
+
+def test_a_failed_plain_trainjob_keeps_every_launcher_attempt_and_its_log(
+        trainer_cluster, k8s_api, real_namespace):
+    """A plain TrainJob whose ranks exit 3: once it has Failed, each of the launcher's attempts
+    (the runtime's backoffLimit 2: three) is still a pod whose log `kubectl logs` reads, as the
+    runtime's launcher restarts by a new pod (restartPolicy Never), which the Job controller
+    keeps, and JobSet deletes only the Jobs still active when the TrainJob fails."""
+    from kubernetes import client
+
+    ns, _ = real_namespace
+    custom = client.CustomObjectsApi(k8s_api)
+    core = client.CoreV1Api(k8s_api)
+    custom.create_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns, TRAINJOB_PLURAL, {
+        "apiVersion": f"{TRAINJOB_GROUP}/{TRAINJOB_VERSION}", "kind": "TrainJob",
+        "metadata": {"name": "fails"},
+        "spec": {"runtimeRef": {"name": RUNTIME_NAME}, "trainer": {
+            "numNodes": 2, "command": ["mpirun", "-np", "2", "python", "-c", FAILING_RANK],
+            "resourcesPerNode": {"requests": {"cpu": "250m", "memory": "512Mi"},
+                                 "limits": {"cpu": "1", "memory": "1Gi"}}}}})
+
+    def failed() -> dict | None:
+        job = custom.get_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
+                                                  TRAINJOB_PLURAL, "fails")
+        return next((c for c in job.get("status", {}).get("conditions", [])
+                     if c["type"] in ("Failed", "Complete") and c["status"] == "True"), None)
+
+    _wait_for("TrainJob fails finished", failed, timeout=420)
+    assert failed()["type"] == "Failed", failed()
+    launchers = core.list_namespaced_pod(
+        ns, label_selector=f"{JOBSET_LABEL}=fails,{REPLICATED_JOB_LABEL}=launcher").items
+    assert len(launchers) == 3, [(p.metadata.name, p.status.phase) for p in launchers]
+    for pod in launchers:
+        assert pod.status.phase == "Failed", pod.status
+        log = core.read_namespaced_pod_log(pod.metadata.name, ns, container="node")
+        assert "rank 0 failed: no data" in log and "rank 1 failed: no data" in log, log[-3000:]

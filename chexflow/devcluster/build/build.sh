@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local Kubernetes control plane from Go modules (go.mod beside this script):
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and mpi-operator.
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and mpi-operator, and the
+# kubectl of the same release, which `chexflow cluster up` puts on the cluster's PATH.
 #   chexflow/devcluster/build/build.sh [DEST]
 # DEST defaults to $CHEXFLOW_K8S_CACHE/<key> (~/.cache/chexflow/k8s/<key>), where <key> is the
 # Kubernetes release plus a hash of go.mod, go.sum and this script (chexflow.devcluster.binaries computes the same).
@@ -34,6 +35,7 @@ build etcd go.etcd.io/etcd/server/v3
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kver"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kver"
 build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kver"
+build kubectl k8s.io/kubernetes/cmd/kubectl "$kver"
 build kwok sigs.k8s.io/kwok/cmd/kwok
 # mpi-operator serves its health check on a hard-coded :8080 (cmd/mpi-operator/app/server.go),
 # so two local clusters on one machine would collide. It is built from a copy of its module
