@@ -125,30 +125,38 @@ def pushed_trainer(k8s_cluster, trainer_image, tmp_path_factory) -> tuple[dict, 
 def trainer_cluster(k8s_cluster, trainer_image):
     """The session cluster with Trainer and JobSet, and chexflow's runtime whose pods use the
     locally built trainer image."""
+    from chexflow.devcluster.trainer import Trainer
+
+    if not k8s_cluster.has("trainer"):
+        start = time.monotonic()
+        k8s_cluster.add(Trainer(), timeout=180)
+        print(f"Trainer and JobSet up in {time.monotonic() - start:.1f} s", file=sys.stderr)
+    apply_runtime(k8s_cluster.api_client(), trainer_image)
+    return k8s_cluster
+
+
+def apply_runtime(api, image: str) -> None:
+    """chexflow's runtime whose pods use `image`, created or (on a resumed cluster) patched."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
-    from chexflow.devcluster.trainer import Trainer
     from chexflow.jobs.trainjob import (
+        RUNTIME_NAME,
         RUNTIME_PLURAL,
         TRAINJOB_GROUP,
         TRAINJOB_VERSION,
         horovod_runtime,
     )
 
-    if not k8s_cluster.has("trainer"):
-        start = time.monotonic()
-        k8s_cluster.add(Trainer(), timeout=180)
-        print(f"Trainer and JobSet up in {time.monotonic() - start:.1f} s", file=sys.stderr)
-    custom = client.CustomObjectsApi(k8s_cluster.api_client())
-    body = horovod_runtime(image=trainer_image)
+    custom, body = client.CustomObjectsApi(api), horovod_runtime(image=image)
     try:
         custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
                                             body)
     except ApiException as e:
         if e.status != 409:
             raise
-    return k8s_cluster
+        custom.patch_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
+                                           RUNTIME_NAME, {"spec": body["spec"]})
 
 
 def load_image(state_dir: Path, image) -> str:
@@ -281,30 +289,11 @@ def katib_trainer_image(katib_cluster) -> str:
 def katib_trainer(katib_cluster, katib_trainer_image):
     """The Katib cluster with Trainer and JobSet added (Katib's controller restarted to watch
     TrainJobs) and chexflow's runtime whose pods use the trainer image loaded there."""
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
     from chexflow.devcluster.trainer import Trainer
-    from chexflow.jobs.trainjob import (
-        RUNTIME_NAME,
-        RUNTIME_PLURAL,
-        TRAINJOB_GROUP,
-        TRAINJOB_VERSION,
-        horovod_runtime,
-    )
 
     if not katib_cluster.has("trainer"):
         katib_cluster.add(Trainer(), timeout=300)
-    custom = client.CustomObjectsApi(katib_cluster.api_client())
-    body = horovod_runtime(image=katib_trainer_image)  # the node pods' image
-    try:
-        custom.create_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
-                                            body)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        custom.patch_cluster_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, RUNTIME_PLURAL,
-                                           RUNTIME_NAME, {"spec": body["spec"]})
+    apply_runtime(katib_cluster.api_client(), katib_trainer_image)  # the node pods' image
     return katib_cluster
 
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from chexflow.envs import REPO_ROOT
-from tests.cluster.test_cluster_katib_trainjob import COLLECTOR, PodLog
+from tests.cluster.test_cluster_katib_trainjob import PodLog
 from tests.support.notebooks import execute, text_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
@@ -125,13 +125,7 @@ def test_optimizer_client_sweeps_chexflows_densenet_on_katib_from_the_notebook(
                    for c in t["status"]["conditions"]) for t in trials), trials
 
     # Katib's collector sat beside the launcher only; each trial was Horovod size 2
-    by_job: dict[str, dict[str, set[tuple[str, ...]]]] = {}
-    for job, role, containers in pods.seen.values():
-        by_job.setdefault(job, {}).setdefault(role, set()).add(containers)
-    assert sorted(by_job) == sorted(t["metadata"]["name"] for t in trials), pods.seen
-    for roles in by_job.values():
-        assert roles["launcher"] == {("node", COLLECTOR)}, pods.seen
-        assert roles["node"] == {("node",)}, pods.seen
+    pods.assert_collector_in_launchers_only([t["metadata"]["name"] for t in trials])
     assert re.search(r"train: densenet121 32px, 2 workers \(CPU, .*mpi controller\)", text), \
         text[-3000:]
 

@@ -68,6 +68,17 @@ class PodLog(threading.Thread):
                                                 labels[REPLICATED_JOB_LABEL],
                                                 tuple(c.name for c in pod.spec.containers))
 
+    def assert_collector_in_launchers_only(self, jobs: list[str]) -> None:
+        """The pods seen were those of `jobs`; Katib's collector sat beside each launcher's
+        container and in no `node` pod."""
+        by_job: dict[str, dict[str, set[tuple[str, ...]]]] = {}
+        for job, role, containers in self.seen.values():
+            by_job.setdefault(job, {}).setdefault(role, set()).add(containers)
+        assert sorted(by_job) == sorted(jobs), self.seen
+        for roles in by_job.values():
+            assert roles["launcher"] == {("node", COLLECTOR)}, self.seen
+            assert roles["node"] == {("node",)}, self.seen
+
 
 # Seen on the real Katib (2026-11-26): the launcher's mpirun could not resolve its own name at
 # start (runLauncherAsNode puts it in Trainer's hostfile; the trainer image's mpirun now waits
@@ -120,13 +131,7 @@ def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
     assert [t["spec"]["runSpec"]["kind"] for t in trials] == ["TrainJob", "TrainJob"]
 
     # the collector sits in the launcher pod only, beside the container that prints metrics
-    by_job: dict[str, dict[str, set[tuple[str, ...]]]] = {}
-    for job, role, containers in pods.seen.values():
-        by_job.setdefault(job, {}).setdefault(role, set()).add(containers)
-    assert sorted(by_job) == sorted(t["metadata"]["name"] for t in trials), pods.seen
-    for roles in by_job.values():
-        assert roles["launcher"] == {("node", COLLECTOR)}, pods.seen
-        assert roles["node"] == {("node",)}, pods.seen
+    pods.assert_collector_in_launchers_only([t["metadata"]["name"] for t in trials])
 
     # each Trial's observation is its launcher's val_auroc: the run's metrics.json
     for trial in trials:

@@ -258,39 +258,47 @@ FAILING_RANK = ("import os, sys; print('rank', os.environ['OMPI_COMM_WORLD_RANK'
                 "'failed: no data', flush=True); sys.exit(3)")
 
 
-def test_a_plain_trainjob_with_mpirun_and_no_forwarded_environment_runs_python_on_every_rank(
-        trainer_cluster, k8s_api, real_namespace):
+def run_plain_trainjob(custom, ns: str, name: str, rank_code: str, timeout: float) -> dict:
     """A TrainJob as Kubeflow's docs write one (runtimeRef, numNodes, a command; the image the
-    runtime's) whose launcher runs `mpirun -np 2 python ...` with no `-x PATH`: the rank started
-    over ssh on the other node finds the venv's python, as sshd gives its sessions the image's
-    PATH (images/trainer/Dockerfile)."""
-    from kubernetes import client
-
-    ns, _ = real_namespace
-    custom = client.CustomObjectsApi(k8s_api)
-    core = client.CoreV1Api(k8s_api)
+    runtime's) whose launcher runs `mpirun -np 2 python -c RANK_CODE`; its Complete or Failed
+    condition once it has one."""
     custom.create_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns, TRAINJOB_PLURAL, {
         "apiVersion": f"{TRAINJOB_GROUP}/{TRAINJOB_VERSION}", "kind": "TrainJob",
-        "metadata": {"name": "plain"},
+        "metadata": {"name": name},
         "spec": {"runtimeRef": {"name": RUNTIME_NAME}, "trainer": {
-            "numNodes": 2, "command": ["mpirun", "-np", "2", "python", "-c", PLAIN_RANK],
+            "numNodes": 2, "command": ["mpirun", "-np", "2", "python", "-c", rank_code],
             # no GPU here: the runtime's default asks for one per node
             "resourcesPerNode": {"requests": {"cpu": "250m", "memory": "512Mi"},
                                  "limits": {"cpu": "1", "memory": "1Gi"}}}}})
 
-    def finished() -> dict | None:
+    def ended() -> dict | None:
         job = custom.get_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
-                                                  TRAINJOB_PLURAL, "plain")
-        conds = {c["type"]: c for c in job.get("status", {}).get("conditions", [])
-                 if c["status"] == "True"}
-        return conds.get("Complete") or conds.get("Failed")
+                                                  TRAINJOB_PLURAL, name)
+        return next((c for c in job.get("status", {}).get("conditions", [])
+                     if c["type"] in ("Complete", "Failed") and c["status"] == "True"), None)
 
-    _wait_for("TrainJob plain finished", finished, timeout=300)
-    launcher = next(p for p in core.list_namespaced_pod(
-        ns, label_selector=f"{JOBSET_LABEL}=plain").items
-        if p.metadata.labels[REPLICATED_JOB_LABEL] == "launcher")
+    _wait_for(f"TrainJob {name} finished", ended, timeout=timeout)
+    return ended()
+
+
+def launcher_pods(core, ns: str, name: str) -> list:
+    return core.list_namespaced_pod(
+        ns, label_selector=f"{JOBSET_LABEL}={name},{REPLICATED_JOB_LABEL}=launcher").items
+
+
+def test_a_plain_trainjob_with_mpirun_and_no_forwarded_environment_runs_python_on_every_rank(
+        trainer_cluster, k8s_api, real_namespace):
+    """A plain TrainJob whose launcher runs `mpirun -np 2 python ...` with no `-x PATH`: the
+    rank started over ssh on the other node finds the venv's python, as sshd gives its sessions
+    the image's PATH (images/trainer/Dockerfile)."""
+    from kubernetes import client
+
+    ns, _ = real_namespace
+    core = client.CoreV1Api(k8s_api)
+    ended = run_plain_trainjob(client.CustomObjectsApi(k8s_api), ns, "plain", PLAIN_RANK, 300)
+    (launcher,) = launcher_pods(core, ns, "plain")
     log = core.read_namespaced_pod_log(launcher.metadata.name, ns, container="node")
-    assert finished()["type"] == "Complete", log[-3000:]
+    assert ended["type"] == "Complete", log[-3000:]
     ranks = sorted(line.split()[1:] for line in log.splitlines() if line.startswith("rank "))
     assert ranks == [["0", "/opt/chexflow/venv/bin/python"],
                      ["1", "/opt/chexflow/venv/bin/python"]], log[-3000:]
@@ -305,26 +313,10 @@ def test_a_failed_plain_trainjob_keeps_every_launcher_attempt_and_its_log(
     from kubernetes import client
 
     ns, _ = real_namespace
-    custom = client.CustomObjectsApi(k8s_api)
     core = client.CoreV1Api(k8s_api)
-    custom.create_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns, TRAINJOB_PLURAL, {
-        "apiVersion": f"{TRAINJOB_GROUP}/{TRAINJOB_VERSION}", "kind": "TrainJob",
-        "metadata": {"name": "fails"},
-        "spec": {"runtimeRef": {"name": RUNTIME_NAME}, "trainer": {
-            "numNodes": 2, "command": ["mpirun", "-np", "2", "python", "-c", FAILING_RANK],
-            "resourcesPerNode": {"requests": {"cpu": "250m", "memory": "512Mi"},
-                                 "limits": {"cpu": "1", "memory": "1Gi"}}}}})
-
-    def failed() -> dict | None:
-        job = custom.get_namespaced_custom_object(TRAINJOB_GROUP, TRAINJOB_VERSION, ns,
-                                                  TRAINJOB_PLURAL, "fails")
-        return next((c for c in job.get("status", {}).get("conditions", [])
-                     if c["type"] in ("Failed", "Complete") and c["status"] == "True"), None)
-
-    _wait_for("TrainJob fails finished", failed, timeout=420)
-    assert failed()["type"] == "Failed", failed()
-    launchers = core.list_namespaced_pod(
-        ns, label_selector=f"{JOBSET_LABEL}=fails,{REPLICATED_JOB_LABEL}=launcher").items
+    ended = run_plain_trainjob(client.CustomObjectsApi(k8s_api), ns, "fails", FAILING_RANK, 420)
+    assert ended["type"] == "Failed", ended
+    launchers = launcher_pods(core, ns, "fails")
     assert len(launchers) == 3, [(p.metadata.name, p.status.phase) for p in launchers]
     for pod in launchers:
         assert pod.status.phase == "Failed", pod.status
