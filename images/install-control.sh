@@ -12,7 +12,7 @@ python=${CHEXFLOW_PYTHON:-$(command -v python3.11 || command -v python3)}
 source "$here/python.sh"
 
 stamp="$venv/.chexflow-stamp"
-want=$(cat "$here/requirements-control.txt" "$0" "$here/python.sh" | sha256sum | cut -c1-16)
+want=$(cat "$here/requirements-control.txt" "$here/requirements-katib-sdk.txt" "$0" "$here/python.sh" | sha256sum | cut -c1-16)
 # --install always (re)installs the project: images install the environment first, then the source.
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$mode" != --install ]; then
   echo "control environment $venv is up to date"
@@ -22,10 +22,7 @@ fi
 echo ">> control environment: $venv (python: $python)"
 uv_venv "$venv" "$python"
 uv_install "$venv" "pip>=24" "setuptools>=70" wheel -r "$here/requirements-control.txt"
-# The Katib SDK without its dependencies, which pin protobuf < 5 where kfp needs 6: its gRPC API
-# messages (katib_api_pb2, for `chexflow katib-suggestion`) and KatibClient, which imports the
-# training SDK's models (notebooks/katib-client.ipynb). Both work with protobuf 6.
-uv_install "$venv" --no-deps kubeflow-katib==0.19.0 kubeflow-training==1.9.3
+uv_install "$venv" --no-deps -r "$here/requirements-katib-sdk.txt"  # (why --no-deps: the file)
 case "$mode" in
   --editable) uv_install "$venv" --no-deps -e "$root" ;;
   --install) uv_install "$venv" --no-deps "$root" ;;

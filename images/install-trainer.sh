@@ -31,7 +31,7 @@ with_nccl=0; [ -n "${HOROVOD_NCCL_HOME:-}" ] || [ -e /usr/include/nccl.h ] && wi
 control=()
 [ "$with_control" = --with-control ] && control=(-r "$here/requirements-control.txt")
 stamp="$venv/.chexflow-stamp"
-want=$(cat "$requirements" "$0" "$here/python.sh" "$patch_file" ${control:+"$here/requirements-control.txt"} | sha256sum | cut -c1-12)-$tf_package-$keras_package-mpi$with_mpi-nccl$with_nccl-$("$python" -V 2>&1 | tr -d ' ')$with_control
+want=$(cat "$requirements" "$0" "$here/python.sh" "$patch_file" ${control:+"$here/requirements-control.txt" "$here/requirements-katib-sdk.txt"} | sha256sum | cut -c1-12)-$tf_package-$keras_package-mpi$with_mpi-nccl$with_nccl-$("$python" -V 2>&1 | tr -d ' ')$with_control
 # --install always (re)installs the project: images install the environment first, then the source.
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ "$mode" != --install ]; then
   echo "trainer environment $venv is up to date"
@@ -50,9 +50,7 @@ if [ -n "$keras_package" ]; then
   uv_install "$venv" "${nodeps[@]}" "$keras_package"
 fi
 if [ "$with_control" = --with-control ]; then
-  # Katib's gRPC API messages (katib_api_pb2) from the Katib SDK wheel alone: its dependencies
-  # pin protobuf < 5, which kfp and TensorFlow 2.20 cannot share (install-control.sh does the same).
-  uv_install "$venv" --no-deps kubeflow-katib==0.19.0
+  uv_install "$venv" --no-deps -r "$here/requirements-katib-sdk.txt"  # (why --no-deps: the file)
 fi
 
 # Horovod compiles against the installed TensorFlow, so the built wheel is cached under a key
