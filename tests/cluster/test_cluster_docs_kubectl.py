@@ -6,32 +6,16 @@ on the session cluster's real pods, and its launcher's log is read back with `ku
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 
 import pytest
 
 from chexflow.envs import REPO_ROOT
+from tests.support.docs_blocks import cluster_shell, marked_block
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
 
-MARK = "<!-- tests/cluster/test_cluster_docs_kubectl.py runs the next block verbatim -->"
-
-
-def marked_block(page: str) -> str:
-    """The fenced bash block right after MARK in docs/PAGE."""
-    text = (REPO_ROOT / "docs" / page).read_text()
-    assert text.count(MARK) == 1, f"docs/{page}: expected one {MARK}"
-    match = re.match(r"\s*```bash\n(.*?)\n```", text.split(MARK)[1], re.S)
-    assert match, f"docs/{page}: no ```bash block after the mark"
-    return match.group(1)
-
-
-def cluster_shell(cluster, namespace: str) -> dict[str, str]:
-    """The environment `eval "$(chexflow cluster env)"` gives a shell, with NS set."""
-    return {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "NS": namespace,
-            "PATH": f"{cluster.path_dir}:{os.environ['PATH']}"}
+TEST = "tests/cluster/test_cluster_docs_kubectl.py"
 
 
 def test_the_cluster_ships_kubectl_of_its_own_release(trainer_cluster):
@@ -49,7 +33,7 @@ def test_the_docs_plain_trainjob_runs_verbatim_with_kubectl_in_a_users_namespace
         trainer_cluster, real_namespace):
     namespace, _ = real_namespace
     assert namespace != "kubeflow"
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", marked_block("cluster-jobs.md")],
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", marked_block("cluster-jobs.md", TEST)],
                           cwd=REPO_ROOT, env=cluster_shell(trainer_cluster, namespace),
                           capture_output=True, text=True, timeout=800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
