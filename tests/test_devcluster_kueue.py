@@ -38,11 +38,14 @@ def test_only_kueues_own_and_the_mpijob_webhooks_are_registered_on_loopback(tmp_
         "url": "https://127.0.0.1:9443/mutate-kubeflow-org-v2beta1-mpijob", "caBundle": "Q0E="}
 
 
-def test_configuration_enables_only_the_mpijob_integration_on_loopback(tmp_path: Path):
+def test_configuration_enables_only_the_mpijob_integration_on_loopback_and_names_pods_ready(
+        tmp_path: Path):
     ports = {"kueue_health": 1, "kueue_metrics": 2, "kueue_webhook": 3}
     config = kueue.configuration(ports, tmp_path)
     assert config["integrations"] == {"frameworks": ["kubeflow.org/mpijob"]}
     assert config["webhook"] == {"port": 3, "host": "127.0.0.1", "certDir": str(tmp_path)}
     assert config["internalCertManagement"] == {"enable": False}
+    # Kueue v0.19 turns waitForPodsReady on when the Configuration names none: it is named here
+    assert config["waitForPodsReady"] == {"timeout": "30m", "blockAdmission": False}
     assert config["health"]["healthProbeBindAddress"] == "127.0.0.1:1"
     assert kueue.cache_dir().name.startswith(f"kueue-{kueue.BUILD.version()}-")

@@ -375,7 +375,7 @@ class _QueuedFakeKubeApi(RecordedRequestFakeKubeApi):
                                _preload_content, _request_timeout)
 
     def _handle(self, method, path, query, body):
-        kueue = re.match(r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/[^/]+/"
+        kueue = re.match(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/[^/]+/"
                          r"(localqueues|workloads)(?:/([^/]+))?$", path)
         if kueue and kueue.group(1) == "localqueues":
             queue = {"metadata": {"name": "team-a"}}

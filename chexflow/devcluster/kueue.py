@@ -3,10 +3,11 @@
 process with the MPIJob integration, its webhooks called on 127.0.0.1 with a certificate of the
 cluster's CA.
 
-Kueue v0.15 serves its API as v1beta1 (stored) and v1beta2 (its controllers' own), so the
-conversion webhook is needed, and its MPIJob webhook is what suspends a new MPIJob that names a
-queue: the webhooks are not optional here. Only the webhooks of Kueue's own kinds and of MPIJob
-are registered (the others' integrations are off: their paths would answer 404).
+Kueue v0.19 serves its API as v1beta2 (stored, its controllers' own, and what chexflow writes
+and reads) and v1beta1 (deprecated): the conversion webhook serves a v1beta1 client and objects a
+cluster of Kueue v0.15 stored as v1beta1, and its MPIJob webhook is what suspends a new MPIJob
+that names a queue: the webhooks are not optional here. Only the webhooks of Kueue's own kinds
+and of MPIJob are registered (the others' integrations are off: their paths would answer 404).
 
 After the start: ResourceFlavor `kwok-gpu` (nodes labelled type=kwok), ClusterQueue
 `CLUSTER_QUEUE` with the kwok nodes' nvidia.com/gpu, cpu and memory as quota; LocalQueues per
@@ -29,11 +30,12 @@ from chexflow.errors import ChexflowError
 
 KUEUE_DIR = GO_DIR / "kueue"
 NAMESPACE = "kueue-system"
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FLAVOR = "kwok-gpu"
 CLUSTER_QUEUE = "chexflow"
 MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
+WAIT_FOR_PODS_READY = "30m"  # Kueue's default timeout
 # the CRDs Kueue converts between v1beta1 and v1beta2 itself (config/components/crd's
 # kustomization patches them with its /convert webhook); the others' versions are alike
 CONVERTED = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
@@ -59,7 +61,7 @@ def serving_cert(pki: certs.PKI) -> Path:
 
 def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): MPIJob integration only, no
-    leader election, its own certificates, every server on 127.0.0.1."""
+    leader election, its own certificates, every server on 127.0.0.1, waitForPodsReady."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -70,6 +72,9 @@ def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 100, "burst": 200},
+        # on by default since Kueue v0.19, said here: an admitted job whose pods are not all
+        # ready (or a running one that lost one) for this long is evicted and queued again
+        "waitForPodsReady": {"timeout": WAIT_FOR_PODS_READY, "blockAdmission": False},
         "integrations": {"frameworks": [MPIJOB_FRAMEWORK]},
     }
 

@@ -16,7 +16,7 @@ from typing import Any
 from chexflow.jobs.diagnosis import one_line
 from chexflow.jobs.spec import JobFailed
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # Kueue's flavor assigner: the request exceeds what the ClusterQueue (and its cohort) could
 # ever offer, so waiting cannot help

@@ -3,7 +3,7 @@ beyond its ClusterQueue's quota waits suspended and is reported as queued, then 
 earlier job ends; a queue that does not exist and a job larger than the whole quota are each one
 line and a non-zero exit.
 
-A cluster of its own (2 kwok nodes x 8 GPUs, no real node, Kueue v0.15 built from its Go module
+A cluster of its own (2 kwok nodes x 8 GPUs, no real node, Kueue v0.19 built from its Go module
 on first use): its ClusterQueue `chexflow` holds 16 nvidia.com/gpu.
 """
 
@@ -157,3 +157,23 @@ def test_a_job_larger_than_the_whole_quota_fails_at_once_with_kueues_reason(
     custom = client.CustomObjectsApi(kueue_cluster.api_client())
     wait_for("the MPIJob deleted", lambda: not custom.list_namespaced_custom_object(
         GROUP, VERSION, queue_namespace, PLURAL)["items"], timeout=30)
+
+
+def deprecated_kueue_requests(cluster: LocalCluster) -> list[str]:
+    """The apiserver's apiserver_requested_deprecated_apis series of group kueue.x-k8s.io: each
+    a deprecated Kueue API someone has asked this apiserver for since it started."""
+    response = cluster.api_client().call_api("/metrics", "GET", _preload_content=False)[0]
+    return [line for line in response.data.decode().splitlines()
+            if line.startswith("apiserver_requested_deprecated_apis{")
+            and 'group="kueue.x-k8s.io"' in line]
+
+
+def test_chexflow_and_kueue_ask_for_no_deprecated_kueue_api(
+        kueue_cluster, queue_namespace, tmp_path):
+    """Kueue v0.19 serves v1beta1 deprecated beside v1beta2, its storage version: the queues the
+    cluster made at its start and in this namespace, and a job submitted with --queue (its
+    LocalQueue checked, its Workload followed to admission), are all asked for as v1beta2."""
+    proc = submit(kueue_cluster, queue_namespace, "current", 1, tmp_path / "current.log")
+    assert proc.wait(timeout=90) == 0, (tmp_path / "current.log").read_text()
+    assert "admitted by ClusterQueue chexflow" in (tmp_path / "current.log").read_text()
+    assert deprecated_kueue_requests(kueue_cluster) == []
