@@ -80,11 +80,8 @@ class PodLog(threading.Thread):
             assert roles["node"] == {("node",)}, self.seen
 
 
-# Seen on the real Katib (2026-11-26): the launcher's mpirun could not resolve its own name at
-# start (runLauncherAsNode puts it in Trainer's hostfile; the trainer image's mpirun now waits
-# for the hostfile's names), then trials with batch-size 16 exited 2: on 64 generated images the
-# patient-level split left 31 training images, fewer than one step of 16 x 2 workers, and
-# `chexflow train` refused in one line. The data is now 160 images (80 to train: 32 x 2 fits).
+# 160 generated images: the patient-level split leaves 80 to train, one step of the largest batch
+# size (32) x 2 workers; with fewer, `chexflow train` refuses the trial in one line.
 @pytest.mark.timeout(2400)
 def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
         katib_trainer, katib_namespace, katib_trainer_image, tmp_path, monkeypatch):
