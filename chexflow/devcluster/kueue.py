@@ -16,11 +16,14 @@ Kueue runs as the cluster's admin (its kubeconfig), so it needs no RBAC of its o
 manifests' ClusterRole (config/components/rbac/role.yaml) grants what its TrainJob controller
 uses: trainjobs, trainingruntimes, clustertrainingruntimes and jobsets.
 
-Trainer before or after Kueue: Kueue sets up its TrainJob controller as it starts when the
-TrainJob CRD is served, else polls for it (with a backoff growing to 2 min). Both in one start
-(`cluster up --kueue --trainer`) install their CRDs before either starts; Trainer added to a
-running cluster with Kueue (LocalCluster.add) restarts Kueue's manager (Kueue.joined), which
-then sets it up at once; Kueue added to a cluster with Trainer finds the CRD at its start.
+Trainer before or after Kueue: Kueue sets up its TrainJob controller (and the Trainer runtime
+code its TrainJob webhook sizes a job with) as it starts when the TrainJob CRD is served, else
+polls for it with a backoff growing to 2 min; until then its validating webhook refuses every
+TrainJob, queued or not ("unsupported runtime: ClusterTrainingRuntime.trainer.kubeflow.org": seen
+on this cluster 80 s after Kueue's start). Both in one start (`cluster up --kueue --trainer`)
+install their CRDs before either starts; Trainer added to a running cluster with Kueue
+(LocalCluster.add) restarts Kueue's manager (Kueue.joined), which then sets it up at once; Kueue
+added to a cluster with Trainer finds the CRD at its start.
 
 After the start: ResourceFlavor `kwok-gpu` (nodes labelled type=kwok), ClusterQueue
 `CLUSTER_QUEUE` with the kwok nodes' nvidia.com/gpu, cpu and memory as quota; LocalQueues per
