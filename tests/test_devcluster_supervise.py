@@ -64,6 +64,29 @@ def test_exited_components_restart_in_start_order_with_their_args_env_and_a_coun
     assert not cluster.running()
 
 
+def test_a_running_component_renewed_is_stopped_and_started_again_as_recorded(tmp_path):
+    """LocalCluster.renew (an add-on's process that must see what came after it started, as
+    Kueue's manager a TrainJob CRD): the old process is gone, the new one has the recorded
+    arguments and environment, a restart counted and logged with the reason."""
+    cluster = _cluster(tmp_path)
+    try:
+        old = cluster.processes["kube-scheduler"]["pid"]
+        cluster.renew("kube-scheduler", "restarted: probe")
+        proc = cluster.processes["kube-scheduler"]
+        assert proc["pid"] != old and runs(proc["pid"], proc["exe"])
+        assert not runs(old, proc["exe"])
+        assert proc["args"] == ["300"] and proc["restarts"] == 1
+        env = (Path("/proc") / str(proc["pid"]) / "environ").read_bytes().split(b"\0")
+        assert b"CHEXFLOW_PROBE=1" in env
+        log = (cluster.log_dir / "kube-scheduler.log").read_text()
+        assert f"kube-scheduler (pid {old}) restarted: probe; restart 1 ---" in log
+        cluster.check()  # cluster.json records the new process: nothing is down
+        assert LocalCluster.attach(cluster.state_dir).supervisor.restart_dead() == []
+    finally:
+        cluster.stop(grace=2)
+    assert not cluster.running()
+
+
 def test_nothing_is_restarted_once_a_stop_has_marked_the_folder(tmp_path):
     cluster = _cluster(tmp_path)
     try:

@@ -1,5 +1,7 @@
 """chexflow.jobs.queueing: a job's place in its Kueue queue, from Workload objects as Kueue
-v0.15 writes them (conditions QuotaReserved / Admitted and their messages)."""
+v0.15 writes them (conditions QuotaReserved / Admitted and their messages), and a TrainJob's as
+Kueue v0.19.2 wrote them on the local cluster (tests/cluster/test_cluster_kueue_trainjob.py's
+jobs)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ TOO_BIG = ("couldn't assign flavors to pod set worker: insufficient quota for nv
 
 
 def workload(uid: str, created: str, conditions: list[dict], queue: str = "team-a",
-             priority: int = 0, cluster_queue: str = "") -> dict:
+             priority: int = 0, cluster_queue: str = "", kind: str = "MPIJob") -> dict:
     status = {"conditions": conditions}
     if cluster_queue:
         status["admission"] = {"clusterQueue": cluster_queue}
-    return {"metadata": {"name": f"mpijob-{uid}", "uid": f"wl-{uid}", "creationTimestamp": created,
-                         "labels": {JOB_UID_LABEL: uid}},
+    return {"metadata": {"name": f"{kind.lower()}-{uid}", "uid": f"wl-{uid}",
+                         "creationTimestamp": created, "labels": {JOB_UID_LABEL: uid},
+                         "ownerReferences": [{"kind": kind, "name": uid}]},
             "spec": {"queueName": queue, "priority": priority}, "status": status}
 
 
@@ -54,3 +57,28 @@ def test_a_job_larger_than_the_quota_or_a_missing_queue_can_never_be_admitted():
              "message": "LocalQueue nope doesn't exist"}]
     missing = queue_state("y", [workload("y", "2026-11-26T00:00:00Z", gone, queue="nope")])
     assert missing.never and missing.line.endswith("LocalQueue nope doesn't exist")
+
+
+# a 2-node TrainJob's Workload (pod sets `node` and `launcher`, one pod each), pending behind
+# one holding the ClusterQueue's 16 GPUs: Kueue v0.19.2's message, as it wrote it
+TRAINJOB_WAITING = ("couldn't assign flavors to pod set node: insufficient unused quota for "
+                    "nvidia.com/gpu in flavor kwok-gpu, 1 more needed; couldn't assign flavors "
+                    "to pod set launcher: insufficient unused quota for nvidia.com/gpu in flavor "
+                    "kwok-gpu, 2 more needed")
+
+
+def test_a_trainjobs_workload_is_reported_as_an_mpijobs_and_shares_the_queues_positions():
+    """A TrainJob's Workload is found by the TrainJob's uid (label kueue.x-k8s.io/job-uid, as
+    for an MPIJob), its Kueue message reported whole, and its position counted among every
+    pending Workload of the LocalQueue, MPIJobs' and TrainJobs' alike."""
+    items = [workload("first", "2026-11-28T07:12:37Z", ADMITTED, cluster_queue="chexflow",
+                      kind="TrainJob"),
+             workload("m", "2026-11-28T07:12:40Z", pending(WAITING)),
+             workload("second", "2026-11-28T07:12:44Z", pending(TRAINJOB_WAITING),
+                      kind="TrainJob")]
+    state = queue_state("second", items)
+    assert not state.admitted and not state.never
+    assert state.line == f"queued in LocalQueue team-a, position 2 of 2: {TRAINJOB_WAITING}"
+    first = queue_state("first", items)
+    assert first.admitted
+    assert first.line == "admitted by ClusterQueue chexflow (Workload trainjob-first)"

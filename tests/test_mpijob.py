@@ -417,9 +417,9 @@ class _EmptyStream:
 
 def test_rbac_grants_exactly_what_the_backend_asks_for_every_job_kind_and_queue():
     """Every request of MPIJob runs (succeeding, failing, queued by Kueue, refused for a queue
-    that is not there), a batch Job and a TrainJob, each mapped to (group, resource, verb,
-    namespaced) as RBAC sees it: the Role and ClusterRole grant all of them and nothing
-    more."""
+    that is not there), a batch Job and TrainJobs (plain, queued by Kueue, refused for a queue
+    that is not there), each mapped to (group, resource, verb, namespaced) as RBAC sees it: the
+    Role and ClusterRole grant all of them and nothing more."""
     import io
 
     from chexflow.jobs import JobFailed
@@ -445,9 +445,11 @@ def test_rbac_grants_exactly_what_the_backend_asks_for_every_job_kind_and_queue(
     backend().run(JobSpec(name="single", command=["chexflow", "evaluate"]))
     backend(job_kind="trainjob").run(job("tj"))
     backend(options=ClusterOptions(queue="team-a")).run(job("queued"))
-    with pytest.raises(QueueError, match=r"no LocalQueue nope in namespace team-a \(there: "
-                       r"team-a\)"):
-        backend(options=ClusterOptions(queue="nope")).run(job("lost"))
+    backend(job_kind="trainjob", options=ClusterOptions(queue="team-a")).run(job("tj-queued"))
+    for kind in ("mpijob", "trainjob"):
+        with pytest.raises(QueueError, match=r"no LocalQueue nope in namespace team-a \(there: "
+                           r"team-a\)"):
+            backend(job_kind=kind, options=ClusterOptions(queue="nope")).run(job(f"lost-{kind}"))
     used = {access(r.method, r.path, r.query) for r in fake.requests}
     rbac = REPO_ROOT / "mpijob"
     assert used == granted(rbac / "rbac.yaml", rbac / "rbac-cluster.yaml")

@@ -121,9 +121,39 @@ def test_trainjob_validates_and_carries_command_resources_data_and_cluster_optio
 def test_trainjob_refuses_what_trainer_cannot_express_with_the_field_named():
     with pytest.raises(JobSpecError, match="priority_class, gang_scheduling not supported"):
         render_trainjob(spec(), options=ClusterOptions(priority_class="high",
-                                                       gang_scheduling=True))
+                                                       gang_scheduling=True, queue="team-a"))
     with pytest.raises(JobSpecError, match="a TrainJob runs Horovod jobs"):
         render_trainjob(spec(horovod=False, workers=1))
+
+
+def test_a_queued_trainjob_carries_kueues_queue_label_and_leaves_suspend_to_kueue():
+    """As Kueue's "Run A TrainJob" writes it: the label kueue.x-k8s.io/queue-name on the
+    TrainJob; spec.suspend is not set (Kueue's webhook sets it when the TrainJob is created),
+    nor a runtime patch of Kueue's (its webhook adds that too)."""
+    job = render_trainjob(spec(), "team-a", image="reg.io/trainer:1",
+                          options=ClusterOptions(queue="team-a"))
+    validate_against_crd(job, trainer_crd("trainjobs"), version="v1alpha1")
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert "suspend" not in job["spec"]
+    assert [p["manager"] for p in job["spec"]["runtimePatches"]] == ["chexflow.io/render"]
+    plain = render_trainjob(spec(), "team-a", image="reg.io/trainer:1")
+    assert "kueue.x-k8s.io/queue-name" not in plain["metadata"]["labels"]
+    del job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+    assert job == plain  # the label is all --queue changes
+
+
+def test_cli_render_trainjob_with_queue_labels_it_and_a_bad_queue_name_is_one_line():
+    argv = ["render", "--name", "tj", "--job-kind", "trainjob", "--workers", "2"]
+    out = run_chexflow("job", *argv, "--queue", "team-a", "--", "chexflow", "train").stdout
+    job = yaml.safe_load(out)
+    assert job["kind"] == "TrainJob"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    bad = run_chexflow("job", *argv, "--queue", "Team_A", "--", "chexflow", "train",
+                       check=False)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert bad.stderr.startswith("chexflow job: error: queue 'Team_A': a LocalQueue name"), \
+        bad.stderr
 
 
 @pytest.mark.parametrize("kind", ["mpijob", "trainjob"])

@@ -378,6 +378,11 @@ class LocalCluster:
         """Start component `name` again with its recorded exe, args and env."""
         self.supervisor.restart(name, reason)
 
+    def renew(self, name: str, reason: str) -> None:
+        """Stop the running component `name` and start it again as recorded (an add-on's
+        process that must see what came after it started)."""
+        self.supervisor.renew(name, reason)
+
     def _start_apiserver(self, deadline: float) -> None:
         """The PKI and kubeconfigs, etcd and the apiserver; the control plane's CRDs and
         namespace once it answers."""

@@ -1,13 +1,29 @@
 """Kueue in the local cluster (the `kueue` add-on): its manager built from its Go module
 (build/kueue/build.sh, cached by content beside the control plane's binaries), run as a local
-process with the MPIJob integration, its webhooks called on 127.0.0.1 with a certificate of the
-cluster's CA.
+process with the MPIJob and TrainJob integrations, its webhooks called on 127.0.0.1 with a
+certificate of the cluster's CA.
 
 Kueue v0.19 serves its API as v1beta2 (stored, its controllers' own, and what chexflow writes
 and reads) and v1beta1 (deprecated): the conversion webhook serves a v1beta1 client and objects a
-cluster of Kueue v0.15 stored as v1beta1, and its MPIJob webhook is what suspends a new MPIJob
-that names a queue: the webhooks are not optional here. Only the webhooks of Kueue's own kinds
-and of MPIJob are registered (the others' integrations are off: their paths would answer 404).
+cluster of Kueue v0.15 stored as v1beta1, and its MPIJob and TrainJob webhooks are what suspend a
+new job that names a queue (the TrainJob's also adds the runtime patch, manager
+kueue.x-k8s.io/manager, through which Kueue sets the admitted flavor's node selector: Kueue cannot
+start a TrainJob created without it): the webhooks are not optional here. Only the webhooks of
+Kueue's own kinds and of the integrations' kinds are registered (the others' integrations are
+off: their paths would answer 404).
+
+Kueue runs as the cluster's admin (its kubeconfig), so it needs no RBAC of its own here; its
+manifests' ClusterRole (config/components/rbac/role.yaml) grants what its TrainJob controller
+uses: trainjobs, trainingruntimes, clustertrainingruntimes and jobsets.
+
+Trainer before or after Kueue: Kueue sets up its TrainJob controller (and the Trainer runtime
+code its TrainJob webhook sizes a job with) as it starts when the TrainJob CRD is served, else
+polls for it with a backoff growing to 2 min; until then its validating webhook refuses every
+TrainJob, queued or not ("unsupported runtime: ClusterTrainingRuntime.trainer.kubeflow.org": seen
+on this cluster 80 s after Kueue's start). Both in one start (`cluster up --kueue --trainer`)
+install their CRDs before either starts; Trainer added to a running cluster with Kueue
+(LocalCluster.add) restarts Kueue's manager (Kueue.joined), which then sets it up at once; Kueue
+added to a cluster with Trainer finds the CRD at its start.
 
 After the start: ResourceFlavor `kwok-gpu` (nodes labelled type=kwok), ClusterQueue
 `CLUSTER_QUEUE` with the kwok nodes' nvidia.com/gpu, cpu and memory as quota; LocalQueues per
@@ -35,6 +51,11 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FLAVOR = "kwok-gpu"
 CLUSTER_QUEUE = "chexflow"
 MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
+TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
+TRAINER_ADDON = "trainer"  # the add-on that serves the TrainJob CRD (trainer.Trainer.name)
+# the integrations on, and the (group, plural) of the kind each queues: their webhooks only
+INTEGRATIONS = {MPIJOB_FRAMEWORK: ("kubeflow.org", "mpijobs"),
+                TRAINJOB_FRAMEWORK: ("trainer.kubeflow.org", "trainjobs")}
 WAIT_FOR_PODS_READY = "30m"  # Kueue's default timeout
 # the CRDs Kueue converts between v1beta1 and v1beta2 itself (config/components/crd's
 # kustomization patches them with its /convert webhook); the others' versions are alike
@@ -60,8 +81,9 @@ def serving_cert(pki: certs.PKI) -> Path:
 
 
 def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
-    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): MPIJob integration only, no
-    leader election, its own certificates, every server on 127.0.0.1, waitForPodsReady."""
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the MPIJob and TrainJob
+    integrations, no leader election, its own certificates, every server on 127.0.0.1,
+    waitForPodsReady."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -75,7 +97,7 @@ def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
         # on by default since Kueue v0.19, said here: an admitted job whose pods are not all
         # ready (or a running one that lost one) for this long is evicted and queued again
         "waitForPodsReady": {"timeout": WAIT_FOR_PODS_READY, "blockAdmission": False},
-        "integrations": {"frameworks": [MPIJOB_FRAMEWORK]},
+        "integrations": {"frameworks": list(INTEGRATIONS)},
     }
 
 
@@ -90,16 +112,20 @@ def _url(port: int, path: str) -> str:
 
 def webhook_configurations(bin_dir: Path, port: int, ca_bundle: str) -> list[dict]:
     """Kueue's webhook configurations from the module's manifests, for Kueue's own kinds and
-    MPIJob only, calling 127.0.0.1:<port> with the cluster CA."""
+    the INTEGRATIONS' kinds only, calling 127.0.0.1:<port> with the cluster CA."""
+    kinds = set(INTEGRATIONS.values())
     out = []
     for doc in yaml.safe_load_all((bin_dir / "webhooks.yaml").read_text()):
         if not doc:
             continue
         kept = []
         for hook in doc.get("webhooks", []):
-            groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
+            rules = hook.get("rules", [])
+            groups = {g for rule in rules for g in rule.get("apiGroups", [])}
+            covered = {(g, r) for rule in rules for g in rule.get("apiGroups", [])
+                       for r in rule.get("resources", [])}
             path = hook["clientConfig"]["service"]["path"]
-            if GROUP in groups or path.endswith("-mpijob"):
+            if GROUP in groups or covered & kinds:
                 hook["clientConfig"] = {"url": _url(port, path), "caBundle": ca_bundle}
                 kept.append(hook)
         doc["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
@@ -243,3 +269,10 @@ class Kueue(AddOn):
         api = cluster.api_client()
         create_queues(api, cluster.nodes, cluster.gpus_per_node, deadline)
         wait_cluster_queue_active(api, CLUSTER_QUEUE, deadline)
+
+    def joined(self, cluster: Cluster, other: AddOn, deadline: float) -> None:
+        if other.name == TRAINER_ADDON:  # the TrainJob CRD came after Kueue's manager started
+            cluster.renew("kueue", f"restarted: add-on {other.name} added (its TrainJob CRD)")
+            cluster.wait_http(f"http://127.0.0.1:{cluster.ports['kueue_health']}/readyz",
+                              "kueue", deadline)
+            wait_cluster_queue_active(cluster.api_client(), CLUSTER_QUEUE, deadline)

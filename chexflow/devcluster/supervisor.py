@@ -213,6 +213,14 @@ class Supervisor:
         self.processes[name]["restarts"] = count
         self.save()
 
+    def renew(self, name: str, reason: str, grace: float = 10) -> None:
+        """Stop the running process `name` (SIGTERM, then SIGKILL after `grace` s) and start it
+        again as recorded, under the lock: a watcher restarts nothing meanwhile."""
+        with locked(self.state_dir):
+            self.refresh()
+            self._stop_process(self.processes[name], grace)
+            self.restart(name, reason)
+
     def restart_dead(self) -> list[str]:
         """One supervision pass: restart every exited process in start order (etcd before the
         apiserver), unless a stop has begun. Returns the names restarted."""

@@ -13,6 +13,12 @@ memory /dev/shm, as render.py's MPIJob. The job's data PVC, node selector, extra
 pull secrets are the TrainJob's runtimePatches (Trainer's PodSpecPatch has no priorityClassName
 and Trainer no gang-scheduling field of chexflow's: those are refused here).
 
+Kueue (`queue`): the TrainJob is labelled kueue.x-k8s.io/queue-name, as Kueue's "Run A TrainJob"
+writes it, and nothing else: Kueue's TrainJob webhook sets spec.suspend at creation (its docs: by
+default Kueue sets it via the webhook) and adds its own runtime patch (manager
+kueue.x-k8s.io/manager), through which it gives the node and launcher pods the admitted flavor's
+node selector when it unsuspends the TrainJob.
+
 Images: a TrainJob's `spec.trainer.image` (as Kubeflow's docs write it) reaches only the
 launcher, whose replicated job Trainer marks as the `trainer` step; the `node` pods run the
 runtime's image, and a runtime patch cannot change a container's image. So the runtime is
@@ -197,8 +203,7 @@ def render_trainjob(
         raise JobSpecError(f"job {spec.name}: a TrainJob runs Horovod jobs (mpirun); "
                            "a single-process step is a batch Job (--job-kind mpijob)")
     unsupported = [name for name, value in (("priority_class", options.priority_class),
-                                            ("gang_scheduling", options.gang_scheduling),
-                                            ("queue", options.queue)) if value]
+                                            ("gang_scheduling", options.gang_scheduling)) if value]
     if unsupported:
         raise JobSpecError(f"job {spec.name}: {', '.join(unsupported)} not supported for a "
                            "TrainJob (Trainer's runtimePatches cannot set them): use the MPIJob")
