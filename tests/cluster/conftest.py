@@ -220,6 +220,17 @@ def generated_tfrecords(root: Path, images: int = 64, size: int = 64) -> Path:
     return root / "tfrecords"
 
 
+def katib_data_claim(core, namespace: str, shared: Path) -> tuple[Path, str]:
+    """PVC chexflow-data (the trial templates' claim) in `namespace` on folder `shared`, holding
+    160 generated X-rays at 32 px in tfrecords/ (80 to train: one step of 32 x 2 workers) and
+    runs/katib/ writable by the image's user; returns the folder and the volume's name."""
+    (shared / "runs" / "katib").mkdir(parents=True)
+    for folder in (shared, shared / "runs", shared / "runs" / "katib"):
+        folder.chmod(0o777)  # the image's user writes the trials' run folders
+    generated_tfrecords(shared, images=160, size=32)
+    return shared, hostpath_claim(core, namespace, "chexflow-data", shared)
+
+
 @pytest.fixture(scope="package")
 def katib_cluster(tmp_path_factory) -> Iterator[LocalCluster]:
     """A second cluster with Katib (and kube-proxy) on its real node; kube-proxy runs for one

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chexflow.envs import REPO_ROOT
-from tests.cluster.conftest import generated_tfrecords, hostpath_claim
+from tests.cluster.conftest import katib_data_claim
 from tests.support.docs_blocks import cluster_shell, marked_block
 
 pytestmark = [pytest.mark.cluster, pytest.mark.realnode, pytest.mark.slow]
@@ -30,12 +30,7 @@ def run_first_sweep(cluster, namespace: str, image: str, kind: str, tmp_path: Pa
 
     api = cluster.api_client()
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    shared = tmp_path / "pvc"
-    (shared / "runs" / "katib").mkdir(parents=True)
-    for folder in (shared, shared / "runs", shared / "runs" / "katib"):
-        folder.chmod(0o777)  # the image's user writes the trials' run folders
-    generated_tfrecords(shared, images=160, size=32)  # 80 to train: one step of 32 x 2
-    pv = hostpath_claim(core, namespace, "chexflow-data", shared)
+    shared, pv = katib_data_claim(core, namespace, tmp_path / "pvc")
     (tmp_path / "root").mkdir()
     (tmp_path / "root" / "katib").symlink_to(REPO_ROOT / "katib")
     try:

@@ -25,7 +25,7 @@ from chexflow.jobs.trainjob import (
     JOBSET_LABEL,
     REPLICATED_JOB_LABEL,
 )
-from tests.cluster.conftest import generated_tfrecords, hostpath_claim
+from tests.cluster.conftest import katib_data_claim
 from tests.cluster.test_cluster_katib_tune import CHEXFLOW, TRIAL_ARGS
 from tests.support.notebooks import execute, text_of
 
@@ -91,12 +91,7 @@ def test_tune_trainjob_spec_on_the_real_katib_runs_trainjob_trials_to_succeeded(
 
     api, ns = katib_trainer.api_client(), katib_namespace
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-    shared = tmp_path / "pvc"
-    (shared / "runs" / "katib").mkdir(parents=True)
-    for folder in (shared, shared / "runs", shared / "runs" / "katib"):
-        folder.chmod(0o777)  # the image's user writes the trials' run folders
-    generated_tfrecords(shared, images=160, size=32)  # 80 to train: one step of 32 x 2
-    pv = hostpath_claim(core, ns, "chexflow-data", shared)  # the template's claim
+    shared, pv = katib_data_claim(core, ns, tmp_path / "pvc")  # the template's claim
     name = f"tj-random-{ns[-5:]}"
     pods = PodLog(api, ns)
     pods.start()
