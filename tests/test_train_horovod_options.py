@@ -20,7 +20,7 @@ import pytest
 
 from chexflow.bench.allreduce import gradient_steps, read_timeline
 from chexflow.envs import trainer_python
-from chexflow.jobs.allreduce import MPI_CPU_ENV, horovod_has_mpi, local_allreduce
+from chexflow.jobs.allreduce import LOCAL_MPI_ENV, MPI_CPU_ENV, horovod_has_mpi, local_allreduce
 from chexflow.jobs.render import render_mpijob
 from chexflow.jobs.spec import JobSpec
 from tests.conftest import REPO, read_json, run_chexflow
@@ -175,8 +175,9 @@ def test_without_mpi_the_default_falls_back_to_gloo_with_a_note(tmp_path, monkey
     python.write_text(f"#!/bin/sh\necho {fake / 'horovod'}\n")
     python.chmod(0o755)
     assert not horovod_has_mpi(python)
-    assert local_allreduce("mpi", python).env == MPI_CPU_ENV  # asked for: no fallback
-    assert local_allreduce("mpi", python, gpus=1).env == {}  # GPU ranks keep NCCL
+    # asked for: no fallback; no libfabric provider for OpenMPI's ofi btl on either
+    assert local_allreduce("mpi", python).env == {**MPI_CPU_ENV, **LOCAL_MPI_ENV}
+    assert local_allreduce("mpi", python, gpus=1).env == LOCAL_MPI_ENV  # GPU ranks keep NCCL
 
 
 def test_cpu_mpijobs_get_mpi_tensor_operations_and_gpu_mpijobs_keep_nccl():

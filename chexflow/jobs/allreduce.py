@@ -18,6 +18,12 @@ from pathlib import Path
 # ranks as cores, a spinning rank takes the core its peer or TensorFlow needs).
 MPI_CPU_ENV = {"HOROVOD_CPU_OPERATIONS": "MPI", "OMPI_MCA_mpi_yield_when_idle": "1"}
 
+# Ranks of a local launch talk over OpenMPI's shared memory (vader) or TCP. horovodrun's own
+# `-mca btl ^openib` replaces Debian's `btl = ^uct,openib,ofi`, which lets the ofi btl pick
+# libfabric's `net` provider (OpenMPI 4.1's exclude list predates it); it once made a rank exit
+# inside MPI_Init. No libfabric provider is named "none", so the ofi btl opens no endpoint.
+LOCAL_MPI_ENV = {"FI_PROVIDER": "none"}
+
 
 def cpu_env(gpus: int) -> dict[str, str]:
     """The environment of CPU-only MPI ranks (`gpus` per rank 0); nothing for GPU ranks."""
@@ -64,4 +70,4 @@ def local_allreduce(controller: str | None, python: Path, gpus: int = 0) -> Allr
             return Allreduce("gloo", note=f"allreduce over gloo: {missing} (MPI tensor "
                              f"operations are faster on CPU, docs/benchmarks.md)")
         controller = "mpi"
-    return Allreduce(controller, cpu_env(gpus) if controller == "mpi" else {})
+    return Allreduce(controller, {**cpu_env(gpus), **LOCAL_MPI_ENV} if controller == "mpi" else {})
