@@ -73,7 +73,44 @@ def test_failed_save_leaves_no_partial_archive(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(["podman", *args], 0)
 
     monkeypatch.setattr(build.Podman, "run", run)
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
     with pytest.raises(build.ImageBuildError, match="podman save"):
         build._podman_build("katib-db-manager", "0123", tmp_path / "Dockerfile", tmp_path,
                             {}, [], 0.0)
     assert list((tmp_path / "cache" / "images").iterdir()) == []
+
+
+@pytest.mark.realnode
+def test_a_named_stage_outlives_older_builds_so_a_source_change_rebuilds_only_what_follows(
+        tmp_path):
+    """A two-stage build (as images/trainer/Dockerfile's `build` stage, which installs
+    TensorFlow and builds Horovod), built again after a change of a file only the last stage
+    copies: the stage's RUN (writing random bytes) is podman's cached layer, not run again,
+    though the older build was dropped and podman's dangling images pruned in between."""
+    podman = build.Podman(build.cache_root() / "podman")
+    base = build.base_image(podman)
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {base} AS build\nRUN head -c 16 /dev/urandom | od -An -tx1 > /stage-marker\n"
+        f"FROM {base}\nCOPY --from=build /stage-marker /stage-marker\nCOPY src.txt /src.txt\n")
+    name, built = "test-stages", []
+
+    def stage_id(key: str) -> str:
+        return podman.run("image", "inspect", "--format", "{{.Id}}",
+                          f"chexflow.local/{name}-build:{key}", quiet=True).stdout.strip()
+
+    try:
+        for key in ("a", "b"):
+            (tmp_path / "src.txt").write_text(key)
+            built.append(build._podman_build(name, key, tmp_path / "Dockerfile", tmp_path,
+                                             {}, [], 0.0, on_debian=False))
+            if key == "a":
+                first_stage = stage_id("a")
+        assert stage_id("b") == first_stage  # the stage's RUN was not run again
+        assert not podman.exists("chexflow.local/test-stages-build:a")  # older tags dropped
+        assert not podman.exists("chexflow.local/test-stages:a")
+        assert not built[0].archive.exists() and built[1].archive.exists()
+    finally:
+        podman.run("rmi", "--ignore", "chexflow.local/test-stages:b",
+                   "chexflow.local/test-stages-build:b", quiet=True, check=False)
+        for image in built:
+            image.archive.unlink(missing_ok=True)

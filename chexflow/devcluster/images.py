@@ -346,13 +346,20 @@ def _podman_build(name: str, key: str, dockerfile: Path, context: Path, args: di
         base_image(podman)
     ref = f"{LOCAL_REGISTRY}/{name}:{key}"
     # docker format: the Dockerfiles' SHELL (bash -o pipefail) is an instruction OCI lacks
-    cmd = ["build", "--pull=never", "--network=host", "--layers", "--format=docker", "-f",
-           str(dockerfile), "-t", ref, *volumes]
+    options = ["--pull=never", "--network=host", "--layers", "--format=docker", "-f",
+               str(dockerfile), *volumes]
     for k, v in args.items():
-        cmd += ["--build-arg", f"{k}={v}"]
+        options += ["--build-arg", f"{k}={v}"]
     shown = dockerfile.relative_to(REPO_ROOT) if dockerfile.is_relative_to(REPO_ROOT) else name
     print(f">> podman build {shown} -> {ref}", file=sys.stderr, flush=True)
-    podman.run(*cmd, str(context))
+    podman.run("build", *options, "-t", ref, str(context))
+    # Each named stage tagged too (its layers are cached: seconds), so that dropping older
+    # builds keeps its layers: the trainer's `build` stage (compilers, TensorFlow, Horovod) is
+    # then rebuilt only when its own inputs change, not on every change of the source.
+    stages = {stage: f"{LOCAL_REGISTRY}/{name}-{stage}:{key}" for stage in named_stages(dockerfile)}
+    for stage, stage_ref in stages.items():
+        podman.run("build", *options, "--target", stage, "-t", stage_ref, str(context),
+                   quiet=True)
     images = cache_root() / "images"
     images.mkdir(parents=True, exist_ok=True)
     archive = images / f"{name}-{key}.tar"
@@ -365,20 +372,30 @@ def _podman_build(name: str, key: str, dockerfile: Path, context: Path, args: di
     for old in images.glob(f"{name}-*.tar"):
         old.unlink(missing_ok=True)
     partial.rename(archive)
+    for stage, stage_ref in stages.items():
+        _drop_older_builds(podman, f"{name}-{stage}", stage_ref, prune=False)
     _drop_older_builds(podman, name, ref)
     return BuiltImage(name, ref, archive, time.monotonic() - start, cached=False)
 
 
-def _drop_older_builds(podman: Podman, name: str, ref: str) -> None:
-    """Remove the other tags of `chexflow.local/<name>` from podman's storage, and the layers
-    only they used (a trainer build is ~2 GB; the archive of the newest is the cache)."""
+def named_stages(dockerfile: Path) -> list[str]:
+    """The names of a multi-stage Dockerfile's stages (`FROM ... AS NAME`)."""
+    return re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)\s*$", dockerfile.read_text(),
+                      re.MULTILINE | re.IGNORECASE)
+
+
+def _drop_older_builds(podman: Podman, name: str, ref: str, prune: bool = True) -> None:
+    """Remove the other tags of `chexflow.local/<name>` from podman's storage, and (`prune`)
+    the layers no tagged image uses (a trainer build is ~2 GB; the archive of the newest is
+    the cache)."""
     try:
         listed = podman.run("images", "--format", "{{.Repository}}:{{.Tag}}",
                             f"{LOCAL_REGISTRY}/{name}", quiet=True).stdout.split()
         older = [r for r in listed if r != ref]
         if older:
             podman.run("rmi", *older, quiet=True)
-        podman.run("image", "prune", "--force", quiet=True)
+        if prune:
+            podman.run("image", "prune", "--force", quiet=True)
     except ImageBuildError as e:  # in use by a build beside this one: kept, and said so
         print(f"chexflow images: older {name} images kept: {e}", file=sys.stderr, flush=True)
 
