@@ -280,6 +280,43 @@ def test_horovod_options_best_setting_is_the_fastest_that_keeps_gloos_numbers():
     assert best_setting(results, sides) == "mpi, yield when idle"
 
 
+def test_allreduce_levers_each_sit_on_the_default_and_name_a_lever_whose_losses_differ(
+        tmp_path, monkeypatch):
+    """Every lever is the default's MPI environment plus one change; the comparison runs each
+    side once a repeat (interleaved) and says, per lever, whether its losses are the default's.
+    `chexflow train` is replaced by a record of the arguments (the real runs are the bench's)."""
+    from chexflow.bench import training
+    from chexflow.jobs.allreduce import MPI_CPU_ENV
+
+    sides = training.allreduce_lever_sides()
+    default = sides.pop("default (MPI, yield when idle)")
+    assert default.env == MPI_CPU_ENV and default.args == ("--controller", "mpi")
+    for name, lever in sides.items():
+        changed = {k for k in lever.env if lever.env[k] != default.env.get(k)}
+        assert (len(changed) + len(lever.args) - len(default.args)) in (1, 2), name
+        assert lever.env.items() >= default.env.items(), name
+    runs = []
+
+    def metrics(work, data, *, extra, env=None, workers=1, **kw):
+        runs.append((workers, extra, env))
+        slower = "--cycle-time-ms" in extra  # a lever whose loss differs, for the check
+        return {"images_per_sec": 10.0 if slower else 12.0,
+                "history": [{"loss": 0.5 + (1e-3 if slower else 0.0)}]}
+
+    monkeypatch.setattr(training, "train_metrics", metrics)
+    monkeypatch.setattr(training, "concurrent_images_per_sec", lambda *a, **k: 20.0)
+    results = training.allreduce_levers(tmp_path, tmp_path, "resnet50", 32, 4, 4, repeats=2)
+    assert len(runs) == 2 * (len(sides) + 1)
+    by_name = {r.name: r for r in results}
+    cycle = by_name["allreduce lever --cycle-time-ms 5"]
+    ring = by_name["allreduce lever allreduce algorithm ring"]
+    assert not cycle.notes["same_losses_as_default"] and ring.notes["same_losses_as_default"]
+    assert ring.ratio == pytest.approx(1.0) and cycle.ratio == pytest.approx(10 / 12)
+    scaling = by_name["allreduce scaling resnet50 default (MPI, yield when idle) vs 2 "
+                      "independent workers"]
+    assert scaling.ratio == pytest.approx(12 / 20) and scaling.goal == 0.90
+
+
 @pytest.mark.trainer
 @pytest.mark.slow
 def test_bench_inference_compares_predict_with_evaluate_on_the_same_images(tmp_path):

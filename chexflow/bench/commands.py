@@ -13,8 +13,9 @@ from chexflow.envs import REPO_ROOT
 
 COMPARISONS = ("preprocessing", "input-pipeline", "orchestration", "scaling", "katib")
 # long (one 2-worker run per option per repeat): run only when named in --only
-ON_REQUEST = ("horovod-options", "allreduce-account", "real-pods", "katib-cluster", "tf-stack",
-              "contention", "inference", "cluster-faults", "image-pull", "serving")
+ON_REQUEST = ("horovod-options", "allreduce-levers", "allreduce-account", "real-pods",
+              "katib-cluster", "tf-stack", "contention", "inference", "cluster-faults",
+              "image-pull", "serving")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", action="store_true", help="the single-GPU sweep (needs a GPU)")
     p.add_argument("--out", type=Path, default=Path("runs/bench"))
     p.add_argument("--only", nargs="+", choices=COMPARISONS + ON_REQUEST,
-                   help="run only these comparisons (horovod-options and allreduce-account, "
-                   "where a Horovod timeline accounts for each step's time, run only when named)")
+                   help="run only these comparisons (horovod-options, allreduce-levers and "
+                   "allreduce-account, where a Horovod timeline accounts for each step's time, "
+                   "run only when named)")
     p.add_argument("--repeats", type=int,
                    help="runs of each side (default 3, input-pipeline 5; --quick 1)")
     p.add_argument("--kubeconfig", type=Path,
@@ -114,7 +116,7 @@ def run_bench(args: argparse.Namespace) -> int:
         n, px = (40, 128) if quick else (1500, 1024)
         results.append(preprocessing.run(work / "preprocessing", n, px, 224, 2, repeats))
     data = None
-    if {"input-pipeline", "scaling", "horovod-options", "allreduce-account",
+    if {"input-pipeline", "scaling", "horovod-options", "allreduce-levers", "allreduce-account",
             "real-pods", "tf-stack"} & set(wanted):
         data = synth_tfrecords(work, 120 if quick else 1200, 64, size)
     if "input-pipeline" in wanted:
@@ -140,6 +142,8 @@ def run_bench(args: argparse.Namespace) -> int:
             work, data, "resnet50", size, batch, steps, setting=best, args=sides[best].args,
             env=sides[best].env)
         sections.append(allreduce.markdown(extra["horovod_options_account"]))
+    if "allreduce-levers" in wanted:
+        results += training.allreduce_levers(work, data, "resnet50", size, batch, steps, repeats)
     if "tf-stack" in wanted:
         from chexflow.bench import tf_stack
 

@@ -12,8 +12,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from chexflow.bench.core import Result, Side, compare, compare_each, interleave
 from chexflow.envs import trainer_python, with_chexflow_importable
+from chexflow.jobs.allreduce import MPI_CPU_ENV
 from chexflow.train.options import TrainOptions
 
 # input pipeline: a ratio above this means the synthetic side did more (or other) work than
@@ -41,18 +44,24 @@ def _images_per_sec(proc: subprocess.CompletedProcess | subprocess.Popen, cmd: l
     return float(json.loads((out / "metrics.json").read_text())["images_per_sec"])
 
 
-def train_images_per_sec(work: Path, data: Path | None, *, model: str, size: int, batch: int,
-                         steps: int, workers: int = 1, synthetic: bool = False,
-                         extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> float:
-    """One fresh `chexflow train` run (1 epoch of `steps` steps); its total images/s.
+def train_metrics(work: Path, data: Path | None, *, model: str, size: int, batch: int,
+                  steps: int, workers: int = 1, synthetic: bool = False,
+                  extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> dict:
+    """One fresh `chexflow train` run (1 epoch of `steps` steps); its metrics.json.
     `env`: the run's environment (default: this process's)."""
     out = Path(tempfile.mkdtemp(prefix="train-", dir=work))
     cmd = train_command(out, data, model=model, size=size, batch=batch, steps=steps,
                         workers=workers, synthetic=synthetic, extra=extra)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    ips = _images_per_sec(proc, cmd, proc.stderr, out)
+    _images_per_sec(proc, cmd, proc.stderr, out)  # raises with the run's error if it failed
+    metrics = json.loads((out / "metrics.json").read_text())
     shutil.rmtree(out, ignore_errors=True)
-    return ips
+    return metrics
+
+
+def train_images_per_sec(work: Path, data: Path | None, **kw) -> float:
+    """One fresh `chexflow train` run (train_metrics' arguments); its total images/s."""
+    return float(train_metrics(work, data, **kw)["images_per_sec"])
 
 
 def concurrent_images_per_sec(work: Path, data: Path | None, runs: int, **kw) -> float:
@@ -188,3 +197,75 @@ def horovod_options(work: Path, data: Path, model: str, size: int, batch: int, s
                       "images/s", s.name, independent.name, s.samples, independent.samples,
                       0.90, dict(notes), figure_name="scaling efficiency") for s in sides]
     return vs_gloo + scaling
+
+
+# OpenMPI's collective component `tuned` picks an allreduce algorithm by message size and
+# ranks unless told one (coll_tuned_use_dynamic_rules); these name it.
+def _mpi_allreduce_algorithm(number: int) -> dict[str, str]:
+    return {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+            "OMPI_MCA_coll_tuned_allreduce_algorithm": str(number)}
+
+
+def allreduce_lever_sides() -> dict[str, Setting]:
+    """The default CPU allreduce (MPI tensor operations, yielding; one grouped allreduce of a
+    step's gradients), then each lever on top of it, one at a time: OpenMPI's allreduce
+    algorithm named (each rank reduces half the buffer in ring and Rabenseifner's, all of it in
+    recursive doubling), no fusion buffer (each gradient reduced in place: no copies in and
+    out, one MPI call per tensor), a shorter Horovod cycle (negotiation wakes every 5 ms, not
+    25), and OpenMPI's shared-memory transport without its single-copy (CMA) path."""
+    mpi = ("--controller", "mpi")
+    env = dict(MPI_CPU_ENV)
+    return {
+        "default (MPI, yield when idle)": Setting(mpi, env),
+        "allreduce algorithm ring": Setting(mpi, {**env, **_mpi_allreduce_algorithm(4)}),
+        "allreduce algorithm rabenseifner": Setting(mpi, {**env, **_mpi_allreduce_algorithm(6)}),
+        "allreduce algorithm recursive doubling": Setting(
+            mpi, {**env, **_mpi_allreduce_algorithm(3)}),
+        "--fusion-threshold-mb 0 (no fusion buffer)": Setting((*mpi, "--fusion-threshold-mb", "0"),
+                                                             env),
+        "--cycle-time-ms 5": Setting((*mpi, "--cycle-time-ms", "5"), env),
+        "shared memory without single copy": Setting(
+            mpi, {**env, "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}),
+    }
+
+
+def allreduce_levers(work: Path, data: Path, model: str, size: int, batch: int, steps: int,
+                     repeats: int, workers: int = 2) -> list[Result]:
+    """Each lever against the default (ratio, goal > 1: it pays) and every setting against N
+    independent one-worker runs at once (scaling efficiency, goal >= 0.90), all interleaved in
+    one loop. Each run's epoch loss is kept: a lever that pays must give the default's losses
+    (rtol 1e-5), as the default gives gloo's (tests/test_train_horovod_options.py)."""
+    kw = dict(model=model, size=size, batch=batch, steps=steps)
+    settings = allreduce_lever_sides()
+    losses: dict[str, list[float]] = {name: [] for name in settings}
+
+    def run(name: str, setting: Setting) -> float:
+        metrics = train_metrics(work, data, workers=workers,
+                                extra=("--threads", "1", *setting.args),
+                                env={**os.environ, **setting.env}, **kw)
+        losses[name] += [h["loss"] for h in metrics["history"]]
+        return float(metrics["images_per_sec"])
+
+    sides = [Side(name, lambda n=name, s=s: run(n, s)) for name, s in settings.items()]
+    independent = Side(f"{workers} independent workers at once (total)",
+                       lambda: concurrent_images_per_sec(work, data, workers,
+                                                         extra=("--threads", "1"), **kw))
+    interleave(f"allreduce levers {model}", [*sides, independent], repeats)
+    default = sides[0]
+    notes = {"image_size": size, "batch_per_worker": batch, "steps": steps, "workers": workers,
+             "threads_per_worker": 1}
+
+    def lever_notes(side: Side) -> dict:
+        setting = settings[side.name]
+        same = bool(np.allclose(losses[side.name], losses[default.name][:len(losses[side.name])],
+                                rtol=1e-5, atol=0))
+        return {**notes, "args": list(setting.args), "env": setting.env,
+                "losses": losses[side.name], "same_losses_as_default": same}
+
+    vs_default = [Result(f"allreduce lever {s.name}", "images/s", s.name, default.name,
+                         s.samples, default.samples, 1.0, lever_notes(s),
+                         figure_name="ratio lever/default") for s in sides[1:]]
+    scaling = [Result(f"allreduce scaling {model} {s.name} vs {workers} independent workers",
+                      "images/s", s.name, independent.name, s.samples, independent.samples,
+                      0.90, lever_notes(s), figure_name="scaling efficiency") for s in sides]
+    return vs_default + scaling
