@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from chexflow.bench import contention
@@ -48,3 +50,33 @@ def test_a_stall_with_gpus_held_is_reported_as_a_deadlock():
     # demand (160, then 96 GPUs) exceeded the 80 GPUs throughout; 64 of 80 worked at t=10
     assert s["seconds_demand_exceeded_capacity"] == 80
     assert s["mean_utilisation_while_backlogged"] == round(64 / (4 * 80), 3)
+
+
+def test_steady_state_leaves_out_the_warm_up_and_the_bound_reads_the_fit_latency():
+    Sample = contention.Sample
+    # backlogged throughout (demand 160 > 80 GPUs); the first wave (t < 30) places slowly
+    samples = [Sample(0, 0, 0, 0, 0, 0, 160), Sample(10, 16, 0, 1, 0, 0, 160),
+               Sample(30, 80, 64, 0, 0, 4, 160), Sample(40, 80, 72, 0, 1, 4, 160),
+               Sample(50, 80, 80, 0, 2, 5, 160)]
+    s = contention.summarize(samples, jobs=9, capacity=80, sample_s=10, warm_up_s=30)
+    assert s["steady_working_while_backlogged"] == round((64 + 72 + 80) / (3 * 80), 3)
+    assert s["steady_held_while_backlogged"] == 1.0
+    assert s["mean_utilisation_while_backlogged"] < s["steady_working_while_backlogged"]
+    jobs = [contention.PlannedJob(f"j{i}", "t", 1, d) for i, d in enumerate((30, 90))]
+    assert contention.utilisation_bound(jobs, 20.0) == round(60 / 80, 3)
+    assert contention.utilisation_bound(jobs, None) is None
+    assert contention.percentiles([float(v) for v in range(1, 101)]) == {"p50": 50.0,
+                                                                          "p95": 95.0}
+    assert contention.percentiles([]) == {"p50": None, "p95": None}
+
+
+def test_each_policy_states_the_rate_limits_it_ran_under():
+    from chexflow.devcluster import controlplane, kueue
+
+    default, queued = contention.rate_limits("default"), contention.rate_limits("kueue")
+    assert default["apiserver"] == controlplane.APISERVER_LIMITS
+    assert default["mpi-operator"]["qps"] == controlplane.CLIENT_QPS
+    assert "kueue" not in default and queued["kueue"] == kueue.CLIENT_CONNECTION
+    assert "coscheduling scheduler" in contention.rate_limits("coscheduling")
+    mpi_operator = controlplane.LocalCluster._mpi_operator_args(SimpleNamespace(kubeconfig="k"))
+    assert f"--kube-api-qps={controlplane.CLIENT_QPS}" in mpi_operator

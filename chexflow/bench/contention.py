@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import tempfile
 import time
@@ -150,7 +151,7 @@ def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sa
 
 def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJob],
                sample_s: float, stall_s: float, timeout: float, fit_jobs: int,
-               state_dir: Path) -> dict:
+               state_dir: Path, warm_up_s: float = 0.0) -> dict:
     """One policy on a fresh cluster: the stream until drained or deadlocked, then the
     create-to-Running time of `fit_jobs` MPIJobs that fit."""
     from kubernetes import client
@@ -177,13 +178,28 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
         result["submit_s"] = round(time.monotonic() - start, 1)
         samples = watch_stream(api, cluster, plan, gpus_per_node, start, sample_s, stall_s,
                                timeout)
-        result.update(summarize(samples, len(jobs), nodes * gpus_per_node, sample_s))
+        result.update(summarize(samples, len(jobs), nodes * gpus_per_node, sample_s,
+                                warm_up_s))
         result["samples"] = [asdict(s) for s in samples]
         delete_all(custom, namespaces)
-        result["fit_all_running_s"] = time_fit_jobs(api, custom, policy, fit_jobs, nodes,
-                                                    gpus_per_node, timeout)
+        fit = time_fit_jobs(api, custom, policy, fit_jobs, nodes, gpus_per_node, timeout)
+        result["fit_all_running_s"] = fit["all_running_s"]
+        result["fit_to_admitted_s"], result["fit_to_running_s"] = (fit["to_admitted_s"],
+                                                                   fit["to_running_s"])
+        result["rate_limits"] = rate_limits(policy)
+        result["utilisation_bound"] = utilisation_bound(jobs, fit["to_running_s"]["p50"])
         cluster.check()
     return result
+
+
+def utilisation_bound(jobs: list[PlannedJob], latency_s: float | None) -> float | None:
+    """D / (D + L): the share of its GPUs' time a job can work when each job runs D seconds
+    (the stream's mean) and L seconds pass from capacity being there to all its workers Running
+    (the fit jobs' p50): what the control plane allows, whatever the policy's order."""
+    if latency_s is None:
+        return None
+    d = sum(j.run_seconds for j in jobs) / len(jobs)
+    return round(d / (d + latency_s), 3)
 
 
 def policy_options(policy: str) -> dict:
@@ -193,10 +209,16 @@ def policy_options(policy: str) -> dict:
     return {"addons": addons.named([] if policy == "default" else [policy])}
 
 
-def submit(custom, objects: list[dict]) -> None:
+def submit(custom, objects: list[dict]) -> dict[str, float]:
+    """Create the MPIJobs (8 at a time); each one's time.monotonic() once its create returned."""
+
+    def create(o: dict) -> tuple[str, float]:
+        custom.create_namespaced_custom_object(GROUP, VERSION, o["metadata"]["namespace"],
+                                               PLURAL, o)
+        return o["metadata"]["name"], time.monotonic()
+
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda o: custom.create_namespaced_custom_object(
-            GROUP, VERSION, o["metadata"]["namespace"], PLURAL, o), objects))
+        return dict(pool.map(create, objects))
 
 
 def watch_stream(api, cluster: LocalCluster, plan: dict[str, PlannedJob], gpus_per_node: int,
@@ -226,12 +248,15 @@ def watch_stream(api, cluster: LocalCluster, plan: dict[str, PlannedJob], gpus_p
         time.sleep(sample_s)
 
 
-def summarize(samples: list[Sample], jobs: int, capacity: int, sample_s: float) -> dict:
-    """The figures of one policy's stream."""
+def summarize(samples: list[Sample], jobs: int, capacity: int, sample_s: float,
+              warm_up_s: float = 0.0) -> dict:
+    """The figures of one policy's stream; the steady-state shares are those while demand
+    exceeds the GPUs after the first `warm_up_s` seconds (the first wave's placement)."""
     last = samples[-1]
     idle_held = sum((b.t - a.t) * (a.held_gpus - a.working_gpus)
                     for a, b in zip(samples, samples[1:], strict=False))
     busy = [s for s in samples if s.demand_gpus >= capacity]  # demand exceeds the GPUs
+    steady = [s for s in busy if s.t >= warm_up_s]
     drained = last.finished == jobs
     return {
         "jobs": jobs, "finished": last.finished, "drained": drained,
@@ -247,6 +272,11 @@ def summarize(samples: list[Sample], jobs: int, capacity: int, sample_s: float) 
             sum(s.working_gpus for s in busy) / (len(busy) * capacity), 3) if busy else None,
         "mean_held_while_backlogged": round(
             sum(s.held_gpus for s in busy) / (len(busy) * capacity), 3) if busy else None,
+        "warm_up_s": warm_up_s,
+        "steady_working_while_backlogged": round(
+            sum(s.working_gpus for s in steady) / (len(steady) * capacity), 3) if steady else None,
+        "steady_held_while_backlogged": round(
+            sum(s.held_gpus for s in steady) / (len(steady) * capacity), 3) if steady else None,
     }
 
 
@@ -264,26 +294,68 @@ def delete_all(custom, namespaces: list[str], timeout: float = 300) -> None:
         time.sleep(1)
 
 
+def percentiles(values: list[float]) -> dict:
+    """p50 and p95 (nearest rank) of `values`, in seconds to 0.1 s."""
+    ordered = sorted(values)
+    if not ordered:
+        return {"p50": None, "p95": None}
+    return {f"p{q}": round(ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)], 1)
+            for q in (50, 95)}
+
+
 def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_node: int,
-                  timeout: float) -> float:
-    """Seconds from creating `count` 4-worker MPIJobs (all fit; launchers kept running) until
-    every one of them has all its workers Running."""
+                  timeout: float) -> dict:
+    """`count` 4-worker MPIJobs that all fit (launchers kept running), created at once: seconds
+    until every worker is Running, and per job, from its create call, p50/p95 to admission
+    (Kueue unsuspending it; the other policies admit on creation) and to all its workers
+    Running: the control plane's latency L when capacity is there."""
     from kubernetes import client
 
     workers = max(1, min(4, nodes * gpus_per_node // (count * gpus_per_node)))
     jobs = [PlannedJob(f"fit-{i:04d}", "fit", workers, 0) for i in range(count)]
     core = client.CoreV1Api(api)
     start = time.monotonic()
-    submit(custom, [stream_mpijob(j, gpus_per_node, policy, hold=True) for j in jobs])
-    while True:
-        running = sum(1 for p in core.list_namespaced_pod(
-            "fit", label_selector=f"{ROLE_LABEL}=worker", resource_version="0").items
-            if p.status.phase == "Running" and not p.metadata.deletion_timestamp)
-        if running >= count * workers:
-            return round(time.monotonic() - start, 1)
-        if time.monotonic() - start > timeout:
-            raise TimeoutError(f"{running}/{count * workers} workers Running after {timeout} s")
+    created = submit(custom, [stream_mpijob(j, gpus_per_node, policy, hold=True) for j in jobs])
+    admitted: dict[str, float] = {} if policy == "kueue" else dict(created)
+    running: dict[str, float] = {}
+    while len(running) < count:
+        now = time.monotonic()
+        per_job: dict[str, int] = defaultdict(int)
+        for pod in core.list_namespaced_pod("fit", label_selector=f"{ROLE_LABEL}=worker",
+                                            resource_version="0").items:
+            if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
+                per_job[pod.metadata.labels[JOB_LABEL]] += 1
+        running |= {j: now for j, n in per_job.items() if n >= workers and j not in running}
+        if len(admitted) < count:
+            for item in custom.list_namespaced_custom_object(GROUP, VERSION, "fit",
+                                                             PLURAL)["items"]:
+                name = item["metadata"]["name"]
+                if name not in admitted and not item["spec"].get("runPolicy", {}).get("suspend"):
+                    admitted[name] = now
+        if now - start > timeout:
+            raise TimeoutError(f"{len(running)}/{count} MPIJobs with all workers Running after "
+                               f"{timeout} s")
         time.sleep(0.5)
+    return {"all_running_s": round(max(running.values()) - start, 1),
+            "to_admitted_s": percentiles([admitted[j] - created[j] for j in admitted]),
+            "to_running_s": percentiles([running[j] - created[j] for j in running])}
+
+
+def rate_limits(policy: str) -> dict:
+    """The API clients' rate limits (qps, burst) of the controllers `policy` runs, and the
+    apiserver's request limits: what the latencies were measured under."""
+    from chexflow.devcluster import controlplane, coscheduling, kueue
+
+    client = {"qps": controlplane.CLIENT_QPS, "burst": controlplane.CLIENT_BURST}
+    limits = {"apiserver": controlplane.APISERVER_LIMITS,
+              "kube-scheduler": client, "kube-controller-manager": client,
+              "mpi-operator": {**client, "queue": controlplane.MPI_OPERATOR_QUEUE}}
+    if policy == "coscheduling":
+        limits |= {"coscheduling scheduler": coscheduling.SCHEDULER_CLIENT,
+                   "podgroup controller": coscheduling.CONTROLLER_CLIENT}
+    if policy == "kueue":
+        limits["kueue"] = kueue.CLIENT_CONNECTION
+    return limits
 
 
 def write_report(results: list[dict], settings: dict, out: Path) -> None:
@@ -316,22 +388,41 @@ def write_report(results: list[dict], settings: dict, out: Path) -> None:
     (out / "contention.md").write_text(markdown(results, settings))
 
 
+def _seconds(p: dict | None) -> str:
+    return "-" if not p or p.get("p50") is None else f"{p['p50']:.1f} / {p['p95']:.1f} s"
+
+
 def markdown(results: list[dict], settings: dict) -> str:
+    after = " (after warm-up)" if "warm_up_s" in settings else ""
     head = ("| policy | drained in | jobs deadlocked (partly placed) | GPU-hours held by jobs not "
-            "running | GPUs working while demand exceeds them | GPUs held meanwhile | "
+            f"running | GPUs working while demand exceeds them{after} | GPUs held "
+            "meanwhile | fitting MPIJob: create to admitted, p50 / p95 | to all workers "
+            "Running, p50 / p95 | bound D/(D+L) | "
             f"{settings['fit_jobs']} fitting MPIJobs: create to all workers Running |\n"
-            "|---|---|---|---|---|---|---|\n")
+            "|---|---|---|---|---|---|---|---|---|---|\n")
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.0%}"
+
     rows = ""
     for r in results:
-        drained = f"{r['drain_s']:.0f} s" if r["drained"] else "never"
-        rows += (f"| {r['policy']} | {drained} | {r['deadlocked_jobs']} | "
-                 f"{r['gpu_seconds_held_by_jobs_not_running'] / 3600:.1f} | "
-                 f"{r['mean_utilisation_while_backlogged']:.0%} | "
-                 f"{r['mean_held_while_backlogged']:.0%} | {r['fit_all_running_s']:.1f} s |\n")
+        cells = [r["policy"], f"{r['drain_s']:.0f} s" if r["drained"] else "never",
+                 str(r["deadlocked_jobs"]),
+                 f"{r['gpu_seconds_held_by_jobs_not_running'] / 3600:.1f}",
+                 share(r.get("steady_working_while_backlogged",
+                             r["mean_utilisation_while_backlogged"])),
+                 share(r.get("steady_held_while_backlogged", r["mean_held_while_backlogged"])),
+                 _seconds(r.get("fit_to_admitted_s")), _seconds(r.get("fit_to_running_s")),
+                 share(r.get("utilisation_bound")), f"{r['fit_all_running_s']:.1f} s"]
+        rows += "| " + " | ".join(cells) + " |\n"
+    limits = results[-1].get("rate_limits") if results else None
+    stated = ("" if not limits else "\n\nAPI clients' rate limits and the apiserver's limits: "
+              + "; ".join(f"{k} {v}" for k, v in limits.items()) + ".\n")
     return (f"{settings['jobs']} MPIJobs ({settings['demand']:.0%} of {settings['nodes']} kwok "
             f"nodes x {settings['gpus_per_node']} GPUs), job run times "
             f"{settings['run_seconds'][0]}-{settings['run_seconds'][1]} s, seed "
-            f"{settings['seed']}:\n\n" + head + rows)
+            f"{settings['seed']}" + (f", warm-up {settings['warm_up_s']:g} s" if after else "")
+            + ":\n\n"
+            + head + rows + stated)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,20 +440,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stall-s", type=float, default=45.0,
                    help="nothing running nor changing this long, jobs left: deadlock")
     p.add_argument("--fit-jobs", type=int, default=100)
+    p.add_argument("--warm-up-s", type=float,
+                   help="steady-state shares leave out the first seconds (default: the longest "
+                   "run time, the first wave's placement and first ends)")
     p.add_argument("--timeout", type=float, default=1800)
     a = p.parse_args(argv)
     jobs = plan_stream(a.nodes, a.gpus_per_node, a.demand, run_seconds=tuple(a.run_seconds),
                        seed=a.seed)
+    warm_up = a.run_seconds[1] if a.warm_up_s is None else a.warm_up_s
     settings = {"nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "demand": a.demand,
                 "seed": a.seed, "jobs": len(jobs), "fit_jobs": a.fit_jobs,
                 "run_seconds": list(a.run_seconds),
-                "sizes": SIZES, "stall_s": a.stall_s}
+                "sizes": SIZES, "stall_s": a.stall_s, "warm_up_s": warm_up}
     results = []
     for policy in a.policies:
         print(f"{policy}: {len(jobs)} MPIJobs on {a.nodes} nodes", flush=True)
         with tempfile.TemporaryDirectory(prefix=f"chexflow-contention-{policy}-") as tmp:
             results.append(run_policy(policy, a.nodes, a.gpus_per_node, jobs, a.sample_s,
-                                      a.stall_s, a.timeout, a.fit_jobs, Path(tmp)))
+                                      a.stall_s, a.timeout, a.fit_jobs, Path(tmp), warm_up))
         write_report(results, settings, a.out)
     print((a.out / "contention.md").read_text())
     return 0

@@ -49,6 +49,17 @@ from chexflow.devcluster.supervisor import (
 from chexflow.kube import client_from_kubeconfig
 from chexflow.ports import free_port, port_free
 
+# The API clients' rate limits of the controllers the control plane runs (kube-controller-manager,
+# kube-scheduler, mpi-operator): raised from client-go's 5 qps / 10 burst, as production installs
+# do for clusters of hundreds of nodes; the apiserver keeps its own defaults (APISERVER_LIMITS).
+CLIENT_QPS, CLIENT_BURST = 200, 400
+# mpi-operator's work queue (its defaults are 10 syncs/s, burst 100)
+MPI_OPERATOR_QUEUE = {"rate": 100, "burst": 1000}
+# not passed to kube-apiserver: its defaults, stated for the benchmarks' reports
+APISERVER_LIMITS = {"max_requests_inflight": 400, "max_mutating_requests_inflight": 200,
+                    "api_priority_and_fairness": True}
+
+
 PORTS_FILE = "ports.json"  # kept after a stop: a resumed cluster listens where it did
 # the control plane's own ports; each add-on names its own (AddOn.ports)
 PORTS = ("etcd", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok",
@@ -456,7 +467,7 @@ class LocalCluster:
                 # (e.g. node-controller may patch Node taints), as kubeadm runs it
                 "--use-service-account-credentials=true",
                 f"--service-cluster-ip-range={SERVICE_CIDR}", "--leader-elect=false",
-                "--kube-api-qps=200", "--kube-api-burst=400", "--v=1",
+                f"--kube-api-qps={CLIENT_QPS}", f"--kube-api-burst={CLIENT_BURST}", "--v=1",
                 *([f"--node-monitor-grace-period={self.node_monitor_grace_s}s"]
                   if self.node_monitor_grace_s else [])]
 
@@ -465,7 +476,7 @@ class LocalCluster:
         return [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
                 f"--authorization-kubeconfig={kc}", "--bind-address=127.0.0.1",
                 f"--secure-port={self.ports['scheduler']}", "--leader-elect=false",
-                "--kube-api-qps=200", "--kube-api-burst=400", "--v=1"]
+                f"--kube-api-qps={CLIENT_QPS}", f"--kube-api-burst={CLIENT_BURST}", "--v=1"]
 
     def _kwok_args(self, pki: certs.PKI) -> list[str]:
         """kwok manages the annotated nodes and serves their kubelet API on loopback, so
@@ -509,8 +520,10 @@ class LocalCluster:
         # The work queue's default 10 syncs/s (burst 100) paced 100 MPIJobs to ~2 s each in
         # bench/cluster_scale.py; the API client limits are raised to match.
         return [f"--kubeConfig={self.kubeconfig}", f"--lock-namespace={MPI_OPERATOR_NAMESPACE}",
-                "--threadiness=4", "--kube-api-qps=200", "--kube-api-burst=400",
-                "--controller-queue-rate-limit=100", "--controller-queue-burst=1000"]
+                "--threadiness=4", f"--kube-api-qps={CLIENT_QPS}",
+                f"--kube-api-burst={CLIENT_BURST}",
+                f"--controller-queue-rate-limit={MPI_OPERATOR_QUEUE['rate']}",
+                f"--controller-queue-burst={MPI_OPERATOR_QUEUE['burst']}"]
 
     # ---- readiness -----------------------------------------------------------------------------
     def ssl_context(self) -> ssl.SSLContext:

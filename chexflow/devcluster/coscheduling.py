@@ -24,6 +24,10 @@ from chexflow.devcluster import crds
 from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.devcluster.binaries import GO_DIR, GoBuild
 
+# The API clients of the coscheduling scheduler and of the PodGroup controller
+SCHEDULER_CLIENT = {"qps": 200, "burst": 400}
+CONTROLLER_CLIENT = {"qps": 100, "burst": 200}
+
 BUILD_DIR = GO_DIR / "coscheduling"
 SCHEDULER_NAME = "scheduler-plugins-scheduler"
 EXE = "coscheduling-scheduler"
@@ -55,7 +59,7 @@ def scheduler_config(kubeconfig: Path) -> dict:
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "leaderElection": {"leaderElect": False},
-        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": 200, "burst": 400},
+        "clientConnection": {"kubeconfig": str(kubeconfig), **SCHEDULER_CLIENT},
         "profiles": [{
             "schedulerName": SCHEDULER_NAME,
             "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]},
@@ -71,7 +75,8 @@ def controller_args(ports: dict[str, int]) -> list[str]:
     """The PodGroup controller: PodGroup status (Scheduled, Running, Finished) follows its pods;
     that update is the event on which the scheduler retries a waiting gang."""
     return [f"--metricsAddr=127.0.0.1:{ports['podgroup_metrics']}",
-            f"--probeAddr=127.0.0.1:{ports['podgroup_health']}", "--qps=100", "--burst=200",
+            f"--probeAddr=127.0.0.1:{ports['podgroup_health']}",
+            f"--qps={CONTROLLER_CLIENT['qps']}", f"--burst={CONTROLLER_CLIENT['burst']}",
             "--workers=2"]
 
 

@@ -44,6 +44,9 @@ from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.devcluster.binaries import GO_DIR, GoBuild
 from chexflow.errors import ChexflowError
 
+# Kueue's API client (its default: 20 qps, burst 30)
+CLIENT_CONNECTION = {"qps": 100, "burst": 200}
+
 KUEUE_DIR = GO_DIR / "kueue"
 NAMESPACE = "kueue-system"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
@@ -93,7 +96,7 @@ def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
                     "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "clientConnection": {"qps": 100, "burst": 200},
+        "clientConnection": dict(CLIENT_CONNECTION),
         # on by default since Kueue v0.19, said here: an admitted job whose pods are not all
         # ready (or a running one that lost one) for this long is evicted and queued again
         "waitForPodsReady": {"timeout": WAIT_FOR_PODS_READY, "blockAdmission": False},
