@@ -76,7 +76,24 @@ def test_each_policy_states_the_rate_limits_it_ran_under():
     default, queued = contention.rate_limits("default"), contention.rate_limits("kueue")
     assert default["apiserver"] == controlplane.APISERVER_LIMITS
     assert default["mpi-operator"]["qps"] == controlplane.CLIENT_QPS
-    assert "kueue" not in default and queued["kueue"] == kueue.CLIENT_CONNECTION
+    assert "kueue" not in default
+    assert queued["kueue"] == {**kueue.CLIENT_CONNECTION, "blockAdmission": False}
+    assert contention.rate_limits("kueue-blocking")["kueue"]["blockAdmission"] is True
     assert "coscheduling scheduler" in contention.rate_limits("coscheduling")
     mpi_operator = controlplane.LocalCluster._mpi_operator_args(SimpleNamespace(kubeconfig="k"))
     assert f"--kube-api-qps={controlplane.CLIENT_QPS}" in mpi_operator
+
+
+def test_kueue_blocking_runs_kueue_with_waitforpodsready_blocking_admission(tmp_path):
+    from chexflow.devcluster import kueue
+
+    (addon,) = contention.policy_options("kueue-blocking")["addons"]
+    assert addon.name == "kueue" and addon.block_admission
+    assert addon.settings()["block_admission"] is True  # cluster.json keeps it across restarts
+    ports = {"kueue_health": 1, "kueue_metrics": 2, "kueue_webhook": 3}
+    config = kueue.configuration(ports, tmp_path, addon.block_admission)
+    assert config["waitForPodsReady"]["blockAdmission"] is True
+    assert kueue.configuration(ports, tmp_path)["waitForPodsReady"]["blockAdmission"] is False
+    job = contention.PlannedJob("job-0001", "team-1", workers=2, run_seconds=30)
+    assert contention.stream_mpijob(job, 8, "kueue-blocking")["metadata"]["labels"] == {
+        kueue.QUEUE_LABEL: kueue.CLUSTER_QUEUE}

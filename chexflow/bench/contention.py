@@ -7,7 +7,10 @@ Policies:
 - `coscheduling`: scheduler-plugins' coscheduling scheduler, mpi-operator making a PodGroup per
   MPIJob (`--gang-scheduling`): a job's workers are placed all together or not at all;
 - `kueue`: Kueue admits a whole MPIJob (unsuspends it) when its ClusterQueue has quota for all of
-  it; until then it waits suspended, holding nothing.
+  it; until then it waits suspended, holding nothing;
+- `kueue-blocking`: the same with waitForPodsReady's `blockAdmission`: Kueue admits the next job
+  only once every admitted job's pods are ready (its answer to partial placement where quota does
+  not match the nodes), at the cost of admitting one job at a time.
 
 The stream (seeded): jobs from several namespaces, 1-16 workers x 8 GPUs (one whole node each),
 each "running" for a set time once all its workers are up: the launcher (created when the workers
@@ -45,7 +48,7 @@ from chexflow.devcluster import nodes as kwok_nodes
 from chexflow.devcluster.controlplane import LocalCluster
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
-POLICIES = ("default", "coscheduling", "kueue")
+POLICIES = ("default", "coscheduling", "kueue", "kueue-blocking")
 JOB_LABEL = "training.kubeflow.org/job-name"
 ROLE_LABEL = "training.kubeflow.org/job-role"
 KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
@@ -90,7 +93,7 @@ def stream_mpijob(job: PlannedJob, gpus_per_node: int, policy: str,
     if policy == "coscheduling":  # the workers are the gang; the launcher comes after them
         run_policy["schedulingPolicy"] = {"minAvailable": job.workers}
     metadata: dict = {"name": job.name, "namespace": job.namespace}
-    if policy == "kueue":
+    if policy.startswith("kueue"):
         from chexflow.devcluster import kueue
 
         metadata["labels"] = {kueue.QUEUE_LABEL: kueue.CLUSTER_QUEUE}
@@ -168,7 +171,7 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
         namespaces = sorted({j.namespace for j in jobs} | {"fit"})
         for ns in namespaces:
             core.create_namespace({"metadata": {"name": ns}})
-            if policy == "kueue":
+            if policy.startswith("kueue"):
                 from chexflow.devcluster import kueue
 
                 kueue.create_local_queue(api, ns)
@@ -206,6 +209,10 @@ def policy_options(policy: str) -> dict:
     """LocalCluster options for `policy` (the add-on it needs beside the control plane)."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+    if policy == "kueue-blocking":
+        from chexflow.devcluster.kueue import Kueue
+
+        return {"addons": addons.resolve([Kueue(block_admission=True)])}
     return {"addons": addons.named([] if policy == "default" else [policy])}
 
 
@@ -316,7 +323,7 @@ def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_nod
     core = client.CoreV1Api(api)
     start = time.monotonic()
     created = submit(custom, [stream_mpijob(j, gpus_per_node, policy, hold=True) for j in jobs])
-    admitted: dict[str, float] = {} if policy == "kueue" else dict(created)
+    admitted: dict[str, float] = {} if policy.startswith("kueue") else dict(created)
     running: dict[str, float] = {}
     while len(running) < count:
         now = time.monotonic()
@@ -353,8 +360,9 @@ def rate_limits(policy: str) -> dict:
     if policy == "coscheduling":
         limits |= {"coscheduling scheduler": coscheduling.SCHEDULER_CLIENT,
                    "podgroup controller": coscheduling.CONTROLLER_CLIENT}
-    if policy == "kueue":
-        limits["kueue"] = kueue.CLIENT_CONNECTION
+    if policy.startswith("kueue"):
+        limits["kueue"] = {**kueue.CLIENT_CONNECTION,
+                           "blockAdmission": policy == "kueue-blocking"}
     return limits
 
 

@@ -83,7 +83,7 @@ def serving_cert(pki: certs.PKI) -> Path:
     return certs.loopback_serving_cert(pki, "kueue-webhook", pki.dir / "kueue")
 
 
-def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
+def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool = False) -> dict:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the MPIJob and TrainJob
     integrations, no leader election, its own certificates, every server on 127.0.0.1,
     waitForPodsReady."""
@@ -99,7 +99,9 @@ def configuration(ports: dict[str, int], cert_dir: Path) -> dict:
         "clientConnection": dict(CLIENT_CONNECTION),
         # on by default since Kueue v0.19, said here: an admitted job whose pods are not all
         # ready (or a running one that lost one) for this long is evicted and queued again
-        "waitForPodsReady": {"timeout": WAIT_FOR_PODS_READY, "blockAdmission": False},
+        # (`block_admission`: Kueue admits the next job only once the admitted ones' pods are all
+        # ready, so no two jobs are ever being placed at once)
+        "waitForPodsReady": {"timeout": WAIT_FOR_PODS_READY, "blockAdmission": block_admission},
         "integrations": {"frameworks": list(INTEGRATIONS)},
     }
 
@@ -245,6 +247,7 @@ class Kueue(AddOn):
             "and memory; add a LocalQueue per namespace")
     title = "Kueue (ClusterQueue chexflow)"
     ports = ("kueue_health", "kueue_metrics", "kueue_webhook")
+    block_admission: bool = False  # waitForPodsReady.blockAdmission (the contention study's)
     bin_dir: Path | None = field(default=None, init=False, repr=False)
 
     def components(self, cluster: Cluster) -> list[str]:
@@ -262,7 +265,8 @@ class Kueue(AddOn):
     def start(self, cluster: Cluster, deadline: float) -> None:
         cert_dir = serving_cert(cluster.pki)
         config = cluster.state_dir / "kueue-config.yaml"
-        config.write_text(json.dumps(configuration(cluster.ports, cert_dir), indent=2))
+        config.write_text(json.dumps(configuration(cluster.ports, cert_dir,
+                                                   self.block_admission), indent=2))
         cluster.spawn("kueue", args(config), exe=self.bin_dir / "kueue",
                       env={"KUEUE_METRICS_CERT_DIR": str(cert_dir)})
 
