@@ -77,7 +77,8 @@ def test_each_policy_states_the_rate_limits_it_ran_under():
     assert default["apiserver"] == controlplane.APISERVER_LIMITS
     assert default["mpi-operator"]["qps"] == controlplane.CLIENT_QPS
     assert "kueue" not in default
-    assert queued["kueue"] == {**kueue.CLIENT_CONNECTION, "blockAdmission": False}
+    assert queued["kueue"] == {**kueue.CLIENT_CONNECTION, "blockAdmission": False,
+                               "topologyAwareScheduling": False}
     assert contention.rate_limits("kueue-blocking")["kueue"]["blockAdmission"] is True
     assert "coscheduling scheduler" in contention.rate_limits("coscheduling")
     mpi_operator = controlplane.LocalCluster._mpi_operator_args(SimpleNamespace(kubeconfig="k"))
@@ -97,3 +98,19 @@ def test_kueue_blocking_runs_kueue_with_waitforpodsready_blocking_admission(tmp_
     job = contention.PlannedJob("job-0001", "team-1", workers=2, run_seconds=30)
     assert contention.stream_mpijob(job, 8, "kueue-blocking")["metadata"]["labels"] == {
         kueue.QUEUE_LABEL: kueue.CLUSTER_QUEUE}
+
+
+def test_kueue_tas_names_a_topology_over_the_racks_and_the_workers_prefer_one_rack():
+    from chexflow.devcluster import kueue
+
+    (addon,) = contention.policy_options("kueue-tas")["addons"]
+    assert addon.topology and not addon.block_admission
+    job = contention.PlannedJob("job-0001", "team-1", workers=4, run_seconds=30)
+    spec = contention.stream_mpijob(job, 8, "kueue-tas")["spec"]["mpiReplicaSpecs"]
+    assert spec["Worker"]["template"]["metadata"]["annotations"] == {
+        kueue.PREFERRED_TOPOLOGY: nodes.RACK_LABEL}
+    assert kueue.PREFERRED_TOPOLOGY not in spec["Launcher"]["template"]["metadata"]["annotations"]
+    assert nodes.topology_labels(0) == {nodes.BLOCK_LABEL: "block-0", nodes.RACK_LABEL: "rack-0"}
+    assert nodes.topology_labels(70) == {nodes.BLOCK_LABEL: "block-1", nodes.RACK_LABEL: "rack-8"}
+    assert nodes.gpu_node("n", topology=nodes.topology_labels(9))["metadata"]["labels"][
+        nodes.RACK_LABEL] == "rack-1"

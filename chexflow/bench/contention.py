@@ -10,7 +10,11 @@ Policies:
   it; until then it waits suspended, holding nothing;
 - `kueue-blocking`: the same with waitForPodsReady's `blockAdmission`: Kueue admits the next job
   only once every admitted job's pods are ready (its answer to partial placement where quota does
-  not match the nodes), at the cost of admitting one job at a time.
+  not match the nodes), at the cost of admitting one job at a time;
+- `kueue-tas`: Kueue's topology-aware scheduling: the kwok nodes carry rack and block labels
+  (8 nodes a rack), the flavor names a Topology over them, and each job's workers prefer one
+  rack; Kueue admits a job with the nodes of its pods chosen, and its pods wait behind a
+  scheduling gate until it has placed them.
 
 The stream (seeded): jobs from several namespaces, 1-16 workers x 8 GPUs (one whole node each),
 each "running" for a set time once all its workers are up: the launcher (created when the workers
@@ -48,7 +52,7 @@ from chexflow.devcluster import nodes as kwok_nodes
 from chexflow.devcluster.controlplane import LocalCluster
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
-POLICIES = ("default", "coscheduling", "kueue", "kueue-blocking")
+POLICIES = ("default", "coscheduling", "kueue", "kueue-blocking", "kueue-tas")
 JOB_LABEL = "training.kubeflow.org/job-name"
 ROLE_LABEL = "training.kubeflow.org/job-role"
 KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
@@ -84,6 +88,12 @@ def stream_mpijob(job: PlannedJob, gpus_per_node: int, policy: str,
     launcher_meta: dict = ({"labels": {kwok_nodes.HOLD_LABEL: "true"}} if hold else
                            {"annotations": {KWOK_DELAY: f"{job.run_seconds}s"}})
 
+    worker_meta: dict = {}
+    if policy == "kueue-tas":
+        from chexflow.devcluster import kueue
+
+        worker_meta["annotations"] = {kueue.PREFERRED_TOPOLOGY: kwok_nodes.RACK_LABEL}
+
     def template(role: str, meta: dict, limits: dict) -> dict:
         return {"metadata": meta,
                 "spec": {"containers": [{"name": role, "image": "chexflow-trainer:bench",
@@ -106,7 +116,7 @@ def stream_mpijob(job: PlannedJob, gpus_per_node: int, policy: str,
                 "Launcher": {"replicas": 1, "template": template(
                     "launcher", launcher_meta, {"cpu": "1"})},
                 "Worker": {"replicas": job.workers, "template": template(
-                    "worker", {}, {kwok_nodes.GPU_RESOURCE: gpus_per_node, "cpu": "1"})},
+                    "worker", worker_meta, {kwok_nodes.GPU_RESOURCE: gpus_per_node, "cpu": "1"})},
             },
         },
     }
@@ -184,6 +194,8 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
         result.update(summarize(samples, len(jobs), nodes * gpus_per_node, sample_s,
                                 warm_up_s))
         result["samples"] = [asdict(s) for s in samples]
+        if policy == "kueue-tas":
+            result["workloads_with_topology_assignment"] = topology_assigned(custom)
         delete_all(custom, namespaces)
         fit = time_fit_jobs(api, custom, policy, fit_jobs, nodes, gpus_per_node, timeout)
         result["fit_all_running_s"] = fit["all_running_s"]
@@ -193,6 +205,17 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
         result["utilisation_bound"] = utilisation_bound(jobs, fit["to_running_s"]["p50"])
         cluster.check()
     return result
+
+
+def topology_assigned(custom) -> int:
+    """Kueue Workloads whose admission placed the workers by topology (a podSetAssignment with
+    a topologyAssignment): that TAS, not only quota, admitted them."""
+    from chexflow.devcluster import kueue
+
+    items = custom.list_cluster_custom_object(kueue.GROUP, kueue.VERSION, "workloads")["items"]
+    return sum(1 for w in items if any(
+        a.get("topologyAssignment") for a in
+        ((w.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []))
 
 
 def utilisation_bound(jobs: list[PlannedJob], latency_s: float | None) -> float | None:
@@ -209,10 +232,11 @@ def policy_options(policy: str) -> dict:
     """LocalCluster options for `policy` (the add-on it needs beside the control plane)."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-    if policy == "kueue-blocking":
+    if policy in ("kueue-blocking", "kueue-tas"):
         from chexflow.devcluster.kueue import Kueue
 
-        return {"addons": addons.resolve([Kueue(block_admission=True)])}
+        return {"addons": addons.resolve([Kueue(block_admission=policy == "kueue-blocking",
+                                                topology=policy == "kueue-tas")])}
     return {"addons": addons.named([] if policy == "default" else [policy])}
 
 
@@ -362,7 +386,8 @@ def rate_limits(policy: str) -> dict:
                    "podgroup controller": coscheduling.CONTROLLER_CLIENT}
     if policy.startswith("kueue"):
         limits["kueue"] = {**kueue.CLIENT_CONNECTION,
-                           "blockAdmission": policy == "kueue-blocking"}
+                           "blockAdmission": policy == "kueue-blocking",
+                           "topologyAwareScheduling": policy == "kueue-tas"}
     return limits
 
 
@@ -422,9 +447,14 @@ def markdown(results: list[dict], settings: dict) -> str:
                  _seconds(r.get("fit_to_admitted_s")), _seconds(r.get("fit_to_running_s")),
                  share(r.get("utilisation_bound")), f"{r['fit_all_running_s']:.1f} s"]
         rows += "| " + " | ".join(cells) + " |\n"
-    limits = results[-1].get("rate_limits") if results else None
-    stated = ("" if not limits else "\n\nAPI clients' rate limits and the apiserver's limits: "
-              + "; ".join(f"{k} {v}" for k, v in limits.items()) + ".\n")
+    stated, shown = "", {}
+    for r in results:  # each policy's limits, those already shown left out
+        new = {k: v for k, v in (r.get("rate_limits") or {}).items() if shown.get(k) != v}
+        if new:
+            stated += (f"\n- {r['policy']}: " + "; ".join(f"{k} {v}" for k, v in new.items()))
+        shown |= new
+    if stated:
+        stated = "\nAPI clients' rate limits and the apiserver's limits:\n" + stated + "\n"
     return (f"{settings['jobs']} MPIJobs ({settings['demand']:.0%} of {settings['nodes']} kwok "
             f"nodes x {settings['gpus_per_node']} GPUs), job run times "
             f"{settings['run_seconds'][0]}-{settings['run_seconds'][1]} s, seed "

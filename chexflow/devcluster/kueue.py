@@ -52,6 +52,9 @@ NAMESPACE = "kueue-system"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 FLAVOR = "kwok-gpu"
+TOPOLOGY = "chexflow"  # the add-on's Topology, with `topology` (nodes.topology_labels)
+# a pod template's request: its pod set's pods in as few racks as fit (Kueue's TAS)
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 CLUSTER_QUEUE = "chexflow"
 MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
 TRAINJOB_FRAMEWORK = "trainer.kubeflow.org/trainjob"
@@ -186,12 +189,23 @@ def _create(api, plural: str, body: dict, namespace: str | None = None,
             time.sleep(0.5)
 
 
-def create_queues(api, node_count: int, gpus_per_node: int, deadline: float) -> None:
+def create_queues(api, node_count: int, gpus_per_node: int, deadline: float,
+                  topology: bool = False) -> None:
     """ResourceFlavor FLAVOR for the kwok nodes and ClusterQueue CLUSTER_QUEUE whose quota is
-    their nvidia.com/gpu, cpu and memory, open to every namespace."""
+    their nvidia.com/gpu, cpu and memory, open to every namespace; with `topology`, Topology
+    TOPOLOGY (block, rack, node) and the flavor naming it: Kueue's topology-aware scheduling
+    then admits a job with the nodes of its pods chosen."""
+    spec: dict = {"nodeLabels": {"type": nodes.NODE_LABELS["type"]}}
+    if topology:
+        _create(api, "topologies", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Topology", "metadata": {"name": TOPOLOGY},
+            "spec": {"levels": [{"nodeLabel": nodes.BLOCK_LABEL}, {"nodeLabel": nodes.RACK_LABEL},
+                                {"nodeLabel": "kubernetes.io/hostname"}]},
+        }, deadline=deadline)
+        spec["topologyName"] = TOPOLOGY
     _create(api, "resourceflavors", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceFlavor",
-        "metadata": {"name": FLAVOR}, "spec": {"nodeLabels": {"type": nodes.NODE_LABELS["type"]}},
+        "metadata": {"name": FLAVOR}, "spec": spec,
     }, deadline=deadline)
     quota = {"cpu": str(NODE_CPU * node_count), "memory": f"{NODE_MEMORY_GI * node_count}Gi",
              nodes.GPU_RESOURCE: str(gpus_per_node * node_count)}
@@ -248,6 +262,7 @@ class Kueue(AddOn):
     title = "Kueue (ClusterQueue chexflow)"
     ports = ("kueue_health", "kueue_metrics", "kueue_webhook")
     block_admission: bool = False  # waitForPodsReady.blockAdmission (the contention study's)
+    topology: bool = False  # Topology TOPOLOGY over the kwok nodes' racks (the study's TAS)
     bin_dir: Path | None = field(default=None, init=False, repr=False)
 
     def components(self, cluster: Cluster) -> list[str]:
@@ -274,7 +289,7 @@ class Kueue(AddOn):
         cluster.wait_http(f"http://127.0.0.1:{cluster.ports['kueue_health']}/readyz", "kueue",
                           deadline)
         api = cluster.api_client()
-        create_queues(api, cluster.nodes, cluster.gpus_per_node, deadline)
+        create_queues(api, cluster.nodes, cluster.gpus_per_node, deadline, self.topology)
         wait_cluster_queue_active(api, CLUSTER_QUEUE, deadline)
 
     def joined(self, cluster: Cluster, other: AddOn, deadline: float) -> None:

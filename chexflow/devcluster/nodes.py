@@ -16,6 +16,10 @@ from chexflow.errors import ChexflowError
 KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 GPU_RESOURCE = "nvidia.com/gpu"
 NODE_LABELS = {"type": "kwok", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+# Where each kwok node sits, as a data centre's racks and blocks (Kueue's topology-aware
+# scheduling reads them): node i is in rack i // RACK_NODES and block i // BLOCK_NODES.
+BLOCK_LABEL, RACK_LABEL = "chexflow.dev/topology-block", "chexflow.dev/topology-rack"
+RACK_NODES, BLOCK_NODES = 8, 64
 # Pod labels understood by chexflow/cluster/kwok-stages.yaml.
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 HOLD_LABEL = "chexflow.io/kwok-hold"
@@ -27,9 +31,14 @@ class NodesNotReady(ChexflowError):
     """kwok did not make the nodes Ready in time."""
 
 
+def topology_labels(index: int) -> dict[str, str]:
+    """The rack and block labels of the index-th node."""
+    return {BLOCK_LABEL: f"block-{index // BLOCK_NODES}", RACK_LABEL: f"rack-{index // RACK_NODES}"}
+
+
 def gpu_node(name: str, gpus: int = 8, cpu: str = "96", memory: str = "1024Gi",
-             pods: int = 110) -> dict:
-    """A Node manifest kwok adopts, with `gpus` nvidia.com/gpu."""
+             pods: int = 110, topology: dict[str, str] | None = None) -> dict:
+    """A Node manifest kwok adopts, with `gpus` nvidia.com/gpu (and `topology` labels)."""
     resources = {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(gpus)}
     return {
         "apiVersion": "v1",
@@ -38,7 +47,8 @@ def gpu_node(name: str, gpus: int = 8, cpu: str = "96", memory: str = "1024Gi",
             "name": name,
             "annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]},
             "labels": {**NODE_LABELS, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                       "kubernetes.io/arch": "amd64", "kubernetes.io/role": "agent"},
+                       "kubernetes.io/arch": "amd64", "kubernetes.io/role": "agent",
+                       **(topology or {})},
         },
         "status": {"allocatable": resources, "capacity": resources},
     }
@@ -53,15 +63,15 @@ def create_gpu_nodes(api_client, count: int, gpus: int = 8, prefix: str = "kwok-
     core = client.CoreV1Api(api_client)
     names = [f"{prefix}{i}" for i in range(count)]
 
-    def create(name: str) -> None:
+    def create(index: int) -> None:
         try:
-            core.create_node(gpu_node(name, gpus))
+            core.create_node(gpu_node(names[index], gpus, topology=topology_labels(index)))
         except ApiException as e:
             if e.status != 409:
                 raise
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(create, names))
+        list(pool.map(create, range(count)))
     return names
 
 
