@@ -339,7 +339,9 @@ def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_nod
     """`count` 4-worker MPIJobs that all fit (launchers kept running), created at once: seconds
     until every worker is Running, and per job, from its create call, p50/p95 to admission
     (Kueue unsuspending it; the other policies admit on creation) and to all its workers
-    Running: the control plane's latency L when capacity is there."""
+    Running: the control plane's latency L when capacity is there. Polled every 0.5 s once all
+    are created, so a time is an upper bound by the poll and, for a job done while the others
+    were still being created, by the rest of the submission."""
     from kubernetes import client
 
     workers = max(1, min(4, nodes * gpus_per_node // (count * gpus_per_node)))
