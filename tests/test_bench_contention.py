@@ -114,3 +114,14 @@ def test_kueue_tas_names_a_topology_over_the_racks_and_the_workers_prefer_one_ra
     assert nodes.topology_labels(70) == {nodes.BLOCK_LABEL: "block-1", nodes.RACK_LABEL: "rack-8"}
     assert nodes.gpu_node("n", topology=nodes.topology_labels(9))["metadata"]["labels"][
         nodes.RACK_LABEL] == "rack-1"
+
+
+def test_kueue_qps_reaches_kueues_configuration_and_the_stated_limits(tmp_path):
+    from chexflow.devcluster import kueue
+
+    (addon,) = contention.policy_options("kueue", kueue_qps=400)["addons"]
+    ports = {"kueue_health": 1, "kueue_metrics": 2, "kueue_webhook": 3}
+    config = kueue.configuration(ports, tmp_path, client=addon.client())
+    assert config["clientConnection"] == {"qps": 400, "burst": 800}
+    assert contention.rate_limits("kueue", 400)["kueue"]["qps"] == 400
+    assert kueue.Kueue().client() == kueue.CLIENT_CONNECTION

@@ -164,7 +164,7 @@ def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sa
 
 def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJob],
                sample_s: float, stall_s: float, timeout: float, fit_jobs: int,
-               state_dir: Path, warm_up_s: float = 0.0) -> dict:
+               state_dir: Path, warm_up_s: float = 0.0, kueue_qps: int | None = None) -> dict:
     """One policy on a fresh cluster: the stream until drained or deadlocked, then the
     create-to-Running time of `fit_jobs` MPIJobs that fit."""
     from kubernetes import client
@@ -173,7 +173,7 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
     # a node whose lease kwok renews late on a loaded machine is not a fault being studied
     cluster = LocalCluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node,
                            die_with_parent=True, node_monitor_grace_s=600,
-                           **policy_options(policy))
+                           **policy_options(policy, kueue_qps))
     with cluster:
         result: dict = {"policy": policy, "cluster_start_s": round(time.monotonic() - t0, 1)}
         api = cluster.api_client()
@@ -201,7 +201,7 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
         result["fit_all_running_s"] = fit["all_running_s"]
         result["fit_to_admitted_s"], result["fit_to_running_s"] = (fit["to_admitted_s"],
                                                                    fit["to_running_s"])
-        result["rate_limits"] = rate_limits(policy)
+        result["rate_limits"] = rate_limits(policy, kueue_qps)
         result["utilisation_bound"] = utilisation_bound(jobs, fit["to_running_s"]["p50"])
         cluster.check()
     return result
@@ -228,15 +228,17 @@ def utilisation_bound(jobs: list[PlannedJob], latency_s: float | None) -> float 
     return round(d / (d + latency_s), 3)
 
 
-def policy_options(policy: str) -> dict:
-    """LocalCluster options for `policy` (the add-on it needs beside the control plane)."""
+def policy_options(policy: str, kueue_qps: int | None = None) -> dict:
+    """LocalCluster options for `policy` (the add-on it needs beside the control plane);
+    `kueue_qps`: Kueue's API client qps (burst twice it) instead of chexflow's."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
-    if policy in ("kueue-blocking", "kueue-tas"):
+    if policy.startswith("kueue"):
         from chexflow.devcluster.kueue import Kueue
 
         return {"addons": addons.resolve([Kueue(block_admission=policy == "kueue-blocking",
-                                                topology=policy == "kueue-tas")])}
+                                                topology=policy == "kueue-tas",
+                                                client_qps=kueue_qps)])}
     return {"addons": addons.named([] if policy == "default" else [policy])}
 
 
@@ -374,7 +376,7 @@ def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_nod
             "to_running_s": percentiles([running[j] - created[j] for j in running])}
 
 
-def rate_limits(policy: str) -> dict:
+def rate_limits(policy: str, kueue_qps: int | None = None) -> dict:
     """The API clients' rate limits (qps, burst) of the controllers `policy` runs, and the
     apiserver's request limits: what the latencies were measured under."""
     from chexflow.devcluster import controlplane, coscheduling, kueue
@@ -387,7 +389,7 @@ def rate_limits(policy: str) -> dict:
         limits |= {"coscheduling scheduler": coscheduling.SCHEDULER_CLIENT,
                    "podgroup controller": coscheduling.CONTROLLER_CLIENT}
     if policy.startswith("kueue"):
-        limits["kueue"] = {**kueue.CLIENT_CONNECTION,
+        limits["kueue"] = {**kueue.Kueue(client_qps=kueue_qps).client(),
                            "blockAdmission": policy == "kueue-blocking",
                            "topologyAwareScheduling": policy == "kueue-tas"}
     return limits
@@ -480,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stall-s", type=float, default=45.0,
                    help="nothing running nor changing this long, jobs left: deadlock")
     p.add_argument("--fit-jobs", type=int, default=100)
+    p.add_argument("--kueue-qps", type=int,
+                   help="Kueue's API client qps, burst twice it (default: chexflow's "
+                   "clientConnection, 100/200)")
     p.add_argument("--warm-up-s", type=float,
                    help="steady-state shares leave out the first seconds (default: the longest "
                    "run time, the first wave's placement and first ends)")
@@ -497,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{policy}: {len(jobs)} MPIJobs on {a.nodes} nodes", flush=True)
         with tempfile.TemporaryDirectory(prefix=f"chexflow-contention-{policy}-") as tmp:
             results.append(run_policy(policy, a.nodes, a.gpus_per_node, jobs, a.sample_s,
-                                      a.stall_s, a.timeout, a.fit_jobs, Path(tmp), warm_up))
+                                      a.stall_s, a.timeout, a.fit_jobs, Path(tmp), warm_up,
+                                      a.kueue_qps))
         write_report(results, settings, a.out)
     print((a.out / "contention.md").read_text())
     return 0

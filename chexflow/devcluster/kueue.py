@@ -86,7 +86,8 @@ def serving_cert(pki: certs.PKI) -> Path:
     return certs.loopback_serving_cert(pki, "kueue-webhook", pki.dir / "kueue")
 
 
-def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool = False) -> dict:
+def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool = False,
+                  client: dict | None = None) -> dict:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the MPIJob and TrainJob
     integrations, no leader election, its own certificates, every server on 127.0.0.1,
     waitForPodsReady."""
@@ -99,7 +100,7 @@ def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool =
                     "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "clientConnection": dict(CLIENT_CONNECTION),
+        "clientConnection": dict(client or CLIENT_CONNECTION),
         # on by default since Kueue v0.19, said here: an admitted job whose pods are not all
         # ready (or a running one that lost one) for this long is evicted and queued again
         # (`block_admission`: Kueue admits the next job only once the admitted ones' pods are all
@@ -263,6 +264,12 @@ class Kueue(AddOn):
     ports = ("kueue_health", "kueue_metrics", "kueue_webhook")
     block_admission: bool = False  # waitForPodsReady.blockAdmission (the contention study's)
     topology: bool = False  # Topology TOPOLOGY over the kwok nodes' racks (the study's TAS)
+    client_qps: int | None = None  # Kueue's client qps, burst twice it (None: CLIENT_CONNECTION)
+
+    def client(self) -> dict:
+        """Kueue's clientConnection (qps, burst)."""
+        return ({"qps": self.client_qps, "burst": 2 * self.client_qps} if self.client_qps
+                else dict(CLIENT_CONNECTION))
     bin_dir: Path | None = field(default=None, init=False, repr=False)
 
     def components(self, cluster: Cluster) -> list[str]:
@@ -281,7 +288,7 @@ class Kueue(AddOn):
         cert_dir = serving_cert(cluster.pki)
         config = cluster.state_dir / "kueue-config.yaml"
         config.write_text(json.dumps(configuration(cluster.ports, cert_dir,
-                                                   self.block_admission), indent=2))
+                                                   self.block_admission, self.client()), indent=2))
         cluster.spawn("kueue", args(config), exe=self.bin_dir / "kueue",
                       env={"KUEUE_METRICS_CERT_DIR": str(cert_dir)})
 
