@@ -389,7 +389,7 @@ def rate_limits(policy: str, kueue_qps: int | None = None) -> dict:
         limits |= {"coscheduling scheduler": coscheduling.SCHEDULER_CLIENT,
                    "podgroup controller": coscheduling.CONTROLLER_CLIENT}
     if policy.startswith("kueue"):
-        limits["kueue"] = {**kueue.Kueue(client_qps=kueue_qps).client(),
+        limits["kueue"] = {**kueue.client_connection(kueue_qps),
                            "blockAdmission": policy == "kueue-blocking",
                            "topologyAwareScheduling": policy == "kueue-tas"}
     return limits

@@ -86,6 +86,11 @@ def serving_cert(pki: certs.PKI) -> Path:
     return certs.loopback_serving_cert(pki, "kueue-webhook", pki.dir / "kueue")
 
 
+def client_connection(qps: int | None = None) -> dict:
+    """Kueue's clientConnection: `qps` with a burst twice it, or CLIENT_CONNECTION."""
+    return {"qps": qps, "burst": 2 * qps} if qps else dict(CLIENT_CONNECTION)
+
+
 def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool = False,
                   client: dict | None = None) -> dict:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the MPIJob and TrainJob
@@ -100,7 +105,7 @@ def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool =
                     "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "clientConnection": dict(client or CLIENT_CONNECTION),
+        "clientConnection": client or client_connection(),
         # on by default since Kueue v0.19, said here: an admitted job whose pods are not all
         # ready (or a running one that lost one) for this long is evicted and queued again
         # (`block_admission`: Kueue admits the next job only once the admitted ones' pods are all
@@ -268,8 +273,7 @@ class Kueue(AddOn):
 
     def client(self) -> dict:
         """Kueue's clientConnection (qps, burst)."""
-        return ({"qps": self.client_qps, "burst": 2 * self.client_qps} if self.client_qps
-                else dict(CLIENT_CONNECTION))
+        return client_connection(self.client_qps)
     bin_dir: Path | None = field(default=None, init=False, repr=False)
 
     def components(self, cluster: Cluster) -> list[str]:
