@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
 
 from chexflow.bench import contention
 from chexflow.devcluster import nodes
+from chexflow.envs import REPO_ROOT
 
 
 def test_the_stream_asks_for_the_demanded_share_of_the_gpus_in_whole_nodes():
@@ -77,8 +80,9 @@ def test_each_policy_states_the_rate_limits_it_ran_under():
     assert default["apiserver"] == controlplane.APISERVER_LIMITS
     assert default["mpi-operator"]["qps"] == controlplane.CLIENT_QPS
     assert "kueue" not in default
-    assert queued["kueue"] == {**kueue.CLIENT_CONNECTION, "blockAdmission": False,
-                               "topologyAwareScheduling": False}
+    assert queued["kueue"] == {**kueue.CLIENT_CONNECTION,
+                               "groupKindConcurrency": kueue.GROUP_KIND_CONCURRENCY,
+                               "blockAdmission": False, "topologyAwareScheduling": False}
     assert contention.rate_limits("kueue-blocking")["kueue"]["blockAdmission"] is True
     assert "coscheduling scheduler" in contention.rate_limits("coscheduling")
     mpi_operator = controlplane.LocalCluster._mpi_operator_args(SimpleNamespace(kubeconfig="k"))
@@ -116,12 +120,58 @@ def test_kueue_tas_names_a_topology_over_the_racks_and_the_workers_prefer_one_ra
         nodes.RACK_LABEL] == "rack-1"
 
 
-def test_kueue_qps_reaches_kueues_configuration_and_the_stated_limits(tmp_path):
+def test_kueue_qps_and_mpijob_concurrency_reach_kueues_configuration_and_stated_limits(
+        tmp_path):
     from chexflow.devcluster import kueue
 
-    (addon,) = contention.policy_options("kueue", kueue_qps=400)["addons"]
+    tuning = {"client_qps": 400, "mpijob_concurrency": 5}
+    (addon,) = contention.policy_options("kueue", tuning)["addons"]
     ports = {"kueue_health": 1, "kueue_metrics": 2, "kueue_webhook": 3}
-    config = kueue.configuration(ports, tmp_path, client=addon.client())
+    config = kueue.configuration(ports, tmp_path, client=addon.client(),
+                                 concurrency=addon.concurrency())
     assert config["clientConnection"] == {"qps": 400, "burst": 800}
-    assert contention.rate_limits("kueue", 400)["kueue"]["qps"] == 400
+    assert config["controller"]["groupKindConcurrency"] == {**kueue.GROUP_KIND_CONCURRENCY,
+                                                            "MPIJob.kubeflow.org": 5}
+    stated = contention.rate_limits("kueue", tuning)["kueue"]
+    assert stated["qps"] == 400 and stated["groupKindConcurrency"]["MPIJob.kubeflow.org"] == 5
     assert kueue.Kueue().client() == kueue.CLIENT_CONNECTION
+    shipped = kueue.configuration(ports, tmp_path)["controller"]["groupKindConcurrency"]
+    assert shipped == kueue.GROUP_KIND_CONCURRENCY and "MPIJob.kubeflow.org" not in shipped
+
+
+class _Objects:
+    """CustomObjectsApi's list call over fixed items, by plural."""
+
+    def __init__(self, **items):
+        self.items = items
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural):
+        return {"items": self.items[plural]}
+
+
+def test_kueue_steps_split_a_jobs_admission_by_the_workloads_conditions_and_the_polls():
+    created = datetime(2026, 11, 28, 12, 0, 0, tzinfo=timezone.utc)
+
+    def at(seconds: float) -> str:
+        return (created + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    jobs = [{"metadata": {"name": f"fit-{i}", "creationTimestamp": at(0)}} for i in range(2)]
+    workloads = [{"metadata": {"name": f"mpijob-fit-{i}-x", "creationTimestamp": at(1 + i),
+                               "ownerReferences": [{"kind": "MPIJob", "name": f"fit-{i}"}]},
+                  "status": {"conditions": [
+                      {"type": "QuotaReserved", "lastTransitionTime": at(5 + i)},
+                      {"type": "Admitted", "lastTransitionTime": at(5 + i)}]}}
+                 for i in range(2)]
+    workloads.append({"metadata": {"name": "orphan", "creationTimestamp": at(0)}})
+    t0 = created.timestamp()
+    seen = {f"fit-{i}": {"unsuspended": t0 + 8 + i, "running": t0 + 10 + i} for i in range(2)}
+    steps = contention.kueue_steps(_Objects(mpijobs=jobs, workloads=workloads), "fit", seen)
+    assert list(steps) == ["workload_created", "QuotaReserved", "Admitted", "unsuspended",
+                           "running"]
+    assert steps["workload_created"] == {"p50": 1.0, "p95": 2.0}
+    assert steps["QuotaReserved"] == {"p50": 5.0, "p95": 6.0}
+    assert steps["running"] == {"p50": 10.0, "p95": 11.0}
+    study = json.loads((REPO_ROOT / "docs" / "bench" / "contention.json").read_text())
+    kueue = next(r for r in study["results"] if r["policy"] == "kueue")
+    table = contention.markdown([{**kueue, "fit_kueue_steps_s": steps}], study["settings"])
+    assert "- kueue: workload_created 1.0 / 2.0 s, QuotaReserved 5.0 / 6.0 s" in table

@@ -44,6 +44,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 from chexflow.bench.core import machine
@@ -164,16 +165,17 @@ def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sa
 
 def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJob],
                sample_s: float, stall_s: float, timeout: float, fit_jobs: int,
-               state_dir: Path, warm_up_s: float = 0.0, kueue_qps: int | None = None) -> dict:
+               state_dir: Path, warm_up_s: float = 0.0, kueue_tuning: dict | None = None) -> dict:
     """One policy on a fresh cluster: the stream until drained or deadlocked, then the
-    create-to-Running time of `fit_jobs` MPIJobs that fit."""
+    create-to-Running time of `fit_jobs` MPIJobs that fit. `kueue_tuning`: the Kueue add-on's
+    tuning (client_qps, mpijob_concurrency) over Kueue's shipped settings."""
     from kubernetes import client
 
     t0 = time.monotonic()
     # a node whose lease kwok renews late on a loaded machine is not a fault being studied
     cluster = LocalCluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node,
                            die_with_parent=True, node_monitor_grace_s=600,
-                           **policy_options(policy, kueue_qps))
+                           **policy_options(policy, kueue_tuning))
     with cluster:
         result: dict = {"policy": policy, "cluster_start_s": round(time.monotonic() - t0, 1)}
         api = cluster.api_client()
@@ -201,7 +203,9 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
         result["fit_all_running_s"] = fit["all_running_s"]
         result["fit_to_admitted_s"], result["fit_to_running_s"] = (fit["to_admitted_s"],
                                                                    fit["to_running_s"])
-        result["rate_limits"] = rate_limits(policy, kueue_qps)
+        if policy.startswith("kueue"):
+            result["fit_kueue_steps_s"] = kueue_steps(custom, "fit", fit["seen"])
+        result["rate_limits"] = rate_limits(policy, kueue_tuning)
         result["utilisation_bound"] = utilisation_bound(jobs, fit["to_running_s"]["p50"])
         cluster.check()
     return result
@@ -228,9 +232,9 @@ def utilisation_bound(jobs: list[PlannedJob], latency_s: float | None) -> float 
     return round(d / (d + latency_s), 3)
 
 
-def policy_options(policy: str, kueue_qps: int | None = None) -> dict:
+def policy_options(policy: str, kueue_tuning: dict | None = None) -> dict:
     """LocalCluster options for `policy` (the add-on it needs beside the control plane);
-    `kueue_qps`: Kueue's API client qps (burst twice it) instead of chexflow's."""
+    `kueue_tuning`: the Kueue add-on's client_qps and mpijob_concurrency."""
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     if policy.startswith("kueue"):
@@ -238,7 +242,7 @@ def policy_options(policy: str, kueue_qps: int | None = None) -> dict:
 
         return {"addons": addons.resolve([Kueue(block_admission=policy == "kueue-blocking",
                                                 topology=policy == "kueue-tas",
-                                                client_qps=kueue_qps)])}
+                                                **(kueue_tuning or {}))])}
     return {"addons": addons.named([] if policy == "default" else [policy])}
 
 
@@ -353,6 +357,7 @@ def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_nod
     created = submit(custom, [stream_mpijob(j, gpus_per_node, policy, hold=True) for j in jobs])
     admitted: dict[str, float] = {} if policy.startswith("kueue") else dict(created)
     running: dict[str, float] = {}
+    wall = time.time() - time.monotonic()  # monotonic + wall: the apiserver's clock
     while len(running) < count:
         now = time.monotonic()
         per_job: dict[str, int] = defaultdict(int)
@@ -373,13 +378,50 @@ def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_nod
         time.sleep(0.5)
     return {"all_running_s": round(max(running.values()) - start, 1),
             "to_admitted_s": percentiles([admitted[j] - created[j] for j in admitted]),
-            "to_running_s": percentiles([running[j] - created[j] for j in running])}
+            "to_running_s": percentiles([running[j] - created[j] for j in running]),
+            "seen": {j: {"unsuspended": admitted[j] + wall, "running": running[j] + wall}
+                     for j in running}}
 
 
-def rate_limits(policy: str, kueue_qps: int | None = None) -> dict:
+def _stamp(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+def kueue_steps(custom, namespace: str, seen: dict[str, dict[str, float]]) -> dict:
+    """Where Kueue's admission latency goes: per MPIJob, seconds from its creationTimestamp
+    to its Workload's creation (Kueue's MPIJob controller), QuotaReserved (Kueue's scheduler),
+    Admitted, then the MPIJob seen unsuspended (the MPIJob controller again) and all its workers
+    seen Running (mpi-operator, kube-scheduler, kwok), as p50/p95 of each step's cumulative
+    time. The apiserver's times have 1 s resolution; `seen` are this process's polls (wall
+    clock, the same machine's)."""
+    from chexflow.devcluster import kueue
+
+    jobs = {j["metadata"]["name"]: _stamp(j["metadata"]["creationTimestamp"]) for j in
+            custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]}
+    steps: dict[str, list[float]] = defaultdict(list)
+    for w in custom.list_namespaced_custom_object(kueue.GROUP, kueue.VERSION, namespace,
+                                                  "workloads")["items"]:
+        owner = next((o["name"] for o in w["metadata"].get("ownerReferences", [])
+                      if o["kind"] == "MPIJob"), None)
+        if owner not in jobs or owner not in seen:
+            continue
+        created = jobs[owner]
+        conditions = {c["type"]: _stamp(c["lastTransitionTime"])
+                      for c in (w.get("status") or {}).get("conditions", [])}
+        steps["workload_created"].append(_stamp(w["metadata"]["creationTimestamp"]) - created)
+        for step in ("QuotaReserved", "Admitted"):
+            if step in conditions:
+                steps[step].append(conditions[step] - created)
+        for step, t in seen[owner].items():
+            steps[step].append(t - created)
+    order = ("workload_created", "QuotaReserved", "Admitted", "unsuspended", "running")
+    return {step: percentiles(steps[step]) for step in order if steps[step]}
+
+
+def rate_limits(policy: str, kueue_tuning: dict | None = None) -> dict:
     """The API clients' rate limits (qps, burst) of the controllers `policy` runs, and the
     apiserver's request limits: what the latencies were measured under."""
-    from chexflow.devcluster import controlplane, coscheduling, kueue
+    from chexflow.devcluster import controlplane, coscheduling
 
     client = {"qps": controlplane.CLIENT_QPS, "burst": controlplane.CLIENT_BURST}
     limits = {"apiserver": controlplane.APISERVER_LIMITS,
@@ -389,9 +431,10 @@ def rate_limits(policy: str, kueue_qps: int | None = None) -> dict:
         limits |= {"coscheduling scheduler": coscheduling.SCHEDULER_CLIENT,
                    "podgroup controller": coscheduling.CONTROLLER_CLIENT}
     if policy.startswith("kueue"):
-        limits["kueue"] = {**kueue.client_connection(kueue_qps),
-                           "blockAdmission": policy == "kueue-blocking",
-                           "topologyAwareScheduling": policy == "kueue-tas"}
+        (addon,) = policy_options(policy, kueue_tuning)["addons"]
+        limits["kueue"] = {**addon.client(), "groupKindConcurrency": addon.concurrency(),
+                           "blockAdmission": addon.block_admission,
+                           "topologyAwareScheduling": addon.topology}
     return limits
 
 
@@ -459,12 +502,19 @@ def markdown(results: list[dict], settings: dict) -> str:
         shown |= new
     if stated:
         stated = "\nAPI clients' rate limits and the apiserver's limits:\n" + stated + "\n"
+    steps = "".join(
+        f"\n- {r['policy']}: " + ", ".join(f"{name} {_seconds(p)}" for name, p in
+                                          r["fit_kueue_steps_s"].items())
+        for r in results if r.get("fit_kueue_steps_s"))
+    if steps:
+        steps = ("\nA fitting MPIJob's way through Kueue, seconds from its creation (p50 / p95; "
+                 "the apiserver's times to 1 s):\n" + steps + "\n")
     return (f"{settings['jobs']} MPIJobs ({settings['demand']:.0%} of {settings['nodes']} kwok "
             f"nodes x {settings['gpus_per_node']} GPUs), job run times "
             f"{settings['run_seconds'][0]}-{settings['run_seconds'][1]} s, seed "
             f"{settings['seed']}" + (f", warm-up {settings['warm_up_s']:g} s" if after else "")
             + ":\n\n"
-            + head + rows + stated)
+            + head + rows + stated + steps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -483,8 +533,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="nothing running nor changing this long, jobs left: deadlock")
     p.add_argument("--fit-jobs", type=int, default=100)
     p.add_argument("--kueue-qps", type=int,
-                   help="Kueue's API client qps, burst twice it (default: chexflow's "
-                   "clientConnection, 100/200)")
+                   help="Kueue's API client qps, burst twice it (default: its manifests' "
+                   "clientConnection, 300/500)")
+    p.add_argument("--kueue-mpijob-concurrency", type=int,
+                   help="concurrent reconciles of Kueue's MPIJob controller (default: 1, as "
+                   "Kueue's manifests leave it)")
     p.add_argument("--warm-up-s", type=float,
                    help="steady-state shares leave out the first seconds (default: the longest "
                    "run time, the first wave's placement and first ends)")
@@ -503,7 +556,8 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix=f"chexflow-contention-{policy}-") as tmp:
             results.append(run_policy(policy, a.nodes, a.gpus_per_node, jobs, a.sample_s,
                                       a.stall_s, a.timeout, a.fit_jobs, Path(tmp), warm_up,
-                                      a.kueue_qps))
+                                      {"client_qps": a.kueue_qps,
+                                       "mpijob_concurrency": a.kueue_mpijob_concurrency}))
         write_report(results, settings, a.out)
     print((a.out / "contention.md").read_text())
     return 0

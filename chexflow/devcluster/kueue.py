@@ -44,8 +44,17 @@ from chexflow.devcluster.addon import AddOn, Cluster
 from chexflow.devcluster.binaries import GO_DIR, GoBuild
 from chexflow.errors import ChexflowError
 
-# Kueue's API client (its default: 20 qps, burst 30)
-CLIENT_CONNECTION = {"qps": 100, "burst": 200}
+# What Kueue's own manifests run it with (config/components/manager/controller_manager_config.yaml
+# of the release built here): its API client (the binary's default: 20 qps, burst 30) and each
+# controller's concurrent reconciles. Kinds left out (MPIJob.kubeflow.org, TrainJob) get
+# controller-runtime's 1.
+CLIENT_CONNECTION = {"qps": 300, "burst": 500}
+GROUP_KIND_CONCURRENCY = {
+    "Job.batch": 5, "Pod": 5, "Workload.kueue.x-k8s.io": 10, "LocalQueue.kueue.x-k8s.io": 5,
+    "Cohort.kueue.x-k8s.io": 1, "ClusterQueue.kueue.x-k8s.io": 5,
+    "ResourceFlavor.kueue.x-k8s.io": 1,
+}
+MPIJOB_KIND = "MPIJob.kubeflow.org"
 
 KUEUE_DIR = GO_DIR / "kueue"
 NAMESPACE = "kueue-system"
@@ -91,11 +100,17 @@ def client_connection(qps: int | None = None) -> dict:
     return {"qps": qps, "burst": 2 * qps} if qps else dict(CLIENT_CONNECTION)
 
 
+def group_kind_concurrency(mpijob: int | None = None) -> dict[str, int]:
+    """Kueue's controller.groupKindConcurrency: GROUP_KIND_CONCURRENCY, and `mpijob` concurrent
+    reconciles of MPIJobs (its job controller: creating Workloads, unsuspending admitted jobs)."""
+    return {**GROUP_KIND_CONCURRENCY, **({MPIJOB_KIND: mpijob} if mpijob else {})}
+
+
 def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool = False,
-                  client: dict | None = None) -> dict:
+                  client: dict | None = None, concurrency: dict | None = None) -> dict:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): the MPIJob and TrainJob
     integrations, no leader election, its own certificates, every server on 127.0.0.1,
-    waitForPodsReady."""
+    waitForPodsReady, the API client and concurrency of Kueue's manifests (or those given)."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": NAMESPACE,
@@ -106,6 +121,7 @@ def configuration(ports: dict[str, int], cert_dir: Path, block_admission: bool =
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": client or client_connection(),
+        "controller": {"groupKindConcurrency": concurrency or group_kind_concurrency()},
         # on by default since Kueue v0.19, said here: an admitted job whose pods are not all
         # ready (or a running one that lost one) for this long is evicted and queued again
         # (`block_admission`: Kueue admits the next job only once the admitted ones' pods are all
@@ -270,11 +286,16 @@ class Kueue(AddOn):
     block_admission: bool = False  # waitForPodsReady.blockAdmission (the contention study's)
     topology: bool = False  # Topology TOPOLOGY over the kwok nodes' racks (the study's TAS)
     client_qps: int | None = None  # Kueue's client qps, burst twice it (None: CLIENT_CONNECTION)
+    mpijob_concurrency: int | None = None  # concurrent MPIJob reconciles (None: 1, as shipped)
+    bin_dir: Path | None = field(default=None, init=False, repr=False)
 
     def client(self) -> dict:
         """Kueue's clientConnection (qps, burst)."""
         return client_connection(self.client_qps)
-    bin_dir: Path | None = field(default=None, init=False, repr=False)
+
+    def concurrency(self) -> dict[str, int]:
+        """Kueue's controller.groupKindConcurrency."""
+        return group_kind_concurrency(self.mpijob_concurrency)
 
     def components(self, cluster: Cluster) -> list[str]:
         return ["kueue"]
@@ -291,8 +312,8 @@ class Kueue(AddOn):
     def start(self, cluster: Cluster, deadline: float) -> None:
         cert_dir = serving_cert(cluster.pki)
         config = cluster.state_dir / "kueue-config.yaml"
-        config.write_text(json.dumps(configuration(cluster.ports, cert_dir,
-                                                   self.block_admission, self.client()), indent=2))
+        config.write_text(json.dumps(configuration(cluster.ports, cert_dir, self.block_admission,
+                                                   self.client(), self.concurrency()), indent=2))
         cluster.spawn("kueue", args(config), exe=self.bin_dir / "kueue",
                       env={"KUEUE_METRICS_CERT_DIR": str(cert_dir)})
 
