@@ -35,14 +35,15 @@ setup-env: setup-system
 
 # What the cluster tests need, built before they start (each cached by content; nothing to do when cached):
 # - the Go programs (chexflow/devcluster/build/build.sh, cached in ~/.cache/chexflow/k8s): the control plane, the
-#   real node's (kubelet, CoreDNS, pause), Trainer and JobSet, Kueue, scheduler-plugins' Coscheduling, distribution's registry;
+#   real node's (kubelet, CoreDNS, pause), Trainer and JobSet, Kueue, scheduler-plugins' Coscheduling, distribution's registry,
+#   KServe's manager (the serving test's; built inside it, a cold build outlasted the test's deadline);
 # - beside them, the images: Katib's five (its programs built first), then the trainer, launcher and
 #   early-stopping images (podman on a debootstrapped Debian base).
 # The two chains run at once: the image builds wait on downloads while the Go builds use the cores. Built
 # inside the tests instead, they ran one after another on the cluster tests' worker: 31 of the 57 min of a
 # cold run's tests (2026-11-26, docs/tests.md).
 setup-cluster: setup-system setup-env
-	$(PHASE) cluster-binaries $(VENV)/bin/chexflow cluster build --real-node --trainer --kueue --coscheduling --registry & \
+	$(PHASE) cluster-binaries $(VENV)/bin/chexflow cluster build --real-node --trainer --kueue --coscheduling --registry --kserve & \
 	binaries=$$!; \
 	$(PHASE) katib-images $(VENV)/bin/chexflow images build katib \
 	  && $(PHASE) trainer-images $(VENV)/bin/chexflow images build trainer launcher earlystopping; \
