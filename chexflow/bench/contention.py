@@ -347,7 +347,8 @@ def time_fit_jobs(api, custom, policy: str, count: int, nodes: int, gpus_per_nod
     (Kueue unsuspending it; the other policies admit on creation) and to all its workers
     Running: the control plane's latency L when capacity is there. Polled every 0.5 s once all
     are created, so a time is an upper bound by the poll and, for a job done while the others
-    were still being created, by the rest of the submission."""
+    were still being created, by the rest of the submission. `seen`: per job, the wall-clock
+    times it was seen unsuspended and Running (kueue_steps reads them)."""
     from kubernetes import client
 
     workers = max(1, min(4, nodes * gpus_per_node // (count * gpus_per_node)))
