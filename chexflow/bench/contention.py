@@ -48,6 +48,7 @@ from datetime import datetime
 from pathlib import Path
 
 from chexflow.bench.core import machine
+from chexflow.bench.cpu_account import CpuAccount
 from chexflow.devcluster import addons
 from chexflow.devcluster import nodes as kwok_nodes
 from chexflow.devcluster.controlplane import LocalCluster
@@ -189,17 +190,21 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
                 kueue.create_local_queue(api, ns)
         plan = {j.name: j for j in jobs}
         start = time.monotonic()
-        submit(custom, [stream_mpijob(j, gpus_per_node, policy) for j in jobs])
-        result["submit_s"] = round(time.monotonic() - start, 1)
-        samples = watch_stream(api, cluster, plan, gpus_per_node, start, sample_s, stall_s,
-                               timeout)
+        with CpuAccount() as stream_cpu:
+            submit(custom, [stream_mpijob(j, gpus_per_node, policy) for j in jobs])
+            result["submit_s"] = round(time.monotonic() - start, 1)
+            samples = watch_stream(api, cluster, plan, gpus_per_node, start, sample_s, stall_s,
+                                   timeout)
+        result["stream_cpu"] = stream_cpu.result
         result.update(summarize(samples, len(jobs), nodes * gpus_per_node, sample_s,
                                 warm_up_s))
         result["samples"] = [asdict(s) for s in samples]
         if policy == "kueue-tas":
             result["workloads_with_topology_assignment"] = topology_assigned(custom)
         delete_all(custom, namespaces)
-        fit = time_fit_jobs(api, custom, policy, fit_jobs, nodes, gpus_per_node, timeout)
+        with CpuAccount() as fit_cpu:
+            fit = time_fit_jobs(api, custom, policy, fit_jobs, nodes, gpus_per_node, timeout)
+        result["fit_cpu"] = fit_cpu.result
         result["fit_all_running_s"] = fit["all_running_s"]
         result["fit_to_admitted_s"], result["fit_to_running_s"] = (fit["to_admitted_s"],
                                                                    fit["to_running_s"])
@@ -515,7 +520,24 @@ def markdown(results: list[dict], settings: dict) -> str:
             f"{settings['run_seconds'][0]}-{settings['run_seconds'][1]} s, seed "
             f"{settings['seed']}" + (f", warm-up {settings['warm_up_s']:g} s" if after else "")
             + ":\n\n"
-            + head + rows + stated + steps)
+            + head + rows + stated + steps + cpu_lines(results, settings))
+
+
+def cpu_lines(results: list[dict], settings: dict, programs: int = 5) -> str:
+    """Per policy, how busy the machine was in each phase and the programs that used most of
+    it: whether a latency is the policy's or the machine's."""
+    def phase(cpu: dict) -> str:
+        top = list(cpu["programs_cpu_s"].items())[:programs]
+        return (f"{cpu['machine_busy']:.0%} of {cpu['cores']} cores busy over "
+                f"{cpu['wall_s']:.0f} s (" + ", ".join(f"{n} {s:.0f}" for n, s in top)
+                + f", the bench's client {cpu['bench_client_cpu_s']:.0f} core-s)")
+
+    lines = "".join(
+        f"\n- {r['policy']}: the stream {phase(r['stream_cpu'])}; the {settings['fit_jobs']} "
+        f"fitting MPIJobs {phase(r['fit_cpu'])}"
+        for r in results if r.get("stream_cpu") and r.get("fit_cpu"))
+    return ("\nThe machine's CPU, per phase (core-seconds of the programs that used most):\n"
+            + lines + "\n") if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:
