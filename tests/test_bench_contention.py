@@ -175,3 +175,20 @@ def test_kueue_steps_split_a_jobs_admission_by_the_workloads_conditions_and_the_
     kueue = next(r for r in study["results"] if r["policy"] == "kueue")
     table = contention.markdown([{**kueue, "fit_kueue_steps_s": steps}], study["settings"])
     assert "- kueue: workload_created 1.0 / 2.0 s, QuotaReserved 5.0 / 6.0 s" in table
+
+
+def test_repeats_give_each_policy_its_median_and_range_and_the_ratio_to_the_default_run():
+    def result(policy, repeat, working, p50):
+        return {"policy": policy, "repeat": repeat, "steady_working_while_backlogged": working,
+                "fit_to_running_s": {"p50": p50, "p95": p50 + 1}}
+
+    results = [result("default", 1, 0.70, 6.0), result("kueue", 1, 0.80, 12.0),
+               result("default", 2, 0.74, 8.0), result("kueue", 2, 0.78, 12.0),
+               result("default", 3, 0.72, 5.0), result("kueue", 3, 0.82, 15.0)]
+    text = contention.spread(results)
+    assert "- default, 3 runs: GPUs working 72 (70-74) %; to all workers Running p50 " \
+           "6.0 (5.0-8.0) s\n" in text
+    assert "- kueue, 3 runs: GPUs working 80 (78-82) %; to all workers Running p50 " \
+           "12.0 (12.0-15.0) s; that over the default scheduler's 2.00 (1.50-3.00)" in text
+    assert contention._label(results[1]) == "kueue (run 1)"
+    assert contention.spread([{**results[0]}]) == ""  # one run: nothing to spread

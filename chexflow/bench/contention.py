@@ -473,7 +473,7 @@ def write_report(results: list[dict], settings: dict, out: Path) -> None:
         ax.plot(ts, [s["held_gpus"] / capacity for s in r["samples"]], label="held", ls="--")
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("share of GPUs")
-        ax.set_title(f"{r['policy']}: " + (f"drained in {r['drain_s']:.0f} s" if r["drained"]
+        ax.set_title(f"{_label(r)}: " + (f"drained in {r['drain_s']:.0f} s" if r["drained"]
                      else f"deadlocked, {r['deadlocked_jobs']} jobs partly placed"), fontsize=9)
         ax.legend(fontsize=8, loc="lower right")
     axes[-1, 0].set_xlabel("seconds since the stream was submitted")
@@ -500,7 +500,7 @@ def markdown(results: list[dict], settings: dict) -> str:
 
     rows = ""
     for r in results:
-        cells = [r["policy"], f"{r['drain_s']:.0f} s" if r["drained"] else "never",
+        cells = [_label(r), f"{r['drain_s']:.0f} s" if r["drained"] else "never",
                  str(r["deadlocked_jobs"]),
                  f"{r['gpu_seconds_held_by_jobs_not_running'] / 3600:.1f}",
                  share(r.get("steady_working_while_backlogged",
@@ -518,7 +518,7 @@ def markdown(results: list[dict], settings: dict) -> str:
     if stated:
         stated = "\nAPI clients' rate limits and the apiserver's limits:\n" + stated + "\n"
     steps = "".join(
-        f"\n- {r['policy']}: " + ", ".join(f"{name} {_seconds(p)}" for name, p in
+        f"\n- {_label(r)}: " + ", ".join(f"{name} {_seconds(p)}" for name, p in
                                           r["fit_kueue_steps_s"].items())
         for r in results if r.get("fit_kueue_steps_s"))
     if steps:
@@ -529,7 +529,47 @@ def markdown(results: list[dict], settings: dict) -> str:
             f"{settings['run_seconds'][0]}-{settings['run_seconds'][1]} s, seed "
             f"{settings['seed']}" + (f", warm-up {settings['warm_up_s']:g} s" if after else "")
             + ":\n\n"
-            + head + rows + stated + steps + cpu_lines(results, settings))
+            + head + rows + spread(results) + stated + steps + cpu_lines(results, settings))
+
+
+def _label(result: dict) -> str:
+    return f"{result['policy']} (run {result['repeat']})" if "repeat" in result \
+        else result["policy"]
+
+
+def _median_range(values: list[float], fmt: str) -> str:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return f"{median:{fmt}} ({ordered[0]:{fmt}}-{ordered[-1]:{fmt}})"
+
+
+def spread(results: list[dict]) -> str:
+    """With repeats: per policy, the median and range over the runs of GPUs working (after
+    warm-up) and of the p50 from creation to all workers Running, and that p50 over the default
+    scheduler's of the same run (the policies of a run are interleaved: same machine state)."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for r in results:
+        if "repeat" in r:
+            runs[r["policy"]].append(r)
+    if not any(len(v) > 1 for v in runs.values()):
+        return ""
+    default = {r["repeat"]: r["fit_to_running_s"]["p50"] for r in runs.get("default", [])}
+    lines = ""
+    for policy, rs in runs.items():
+        working = [r.get("steady_working_while_backlogged") for r in rs]
+        latency = [r["fit_to_running_s"]["p50"] for r in rs]
+        ratio = [r["fit_to_running_s"]["p50"] / default[r["repeat"]] for r in rs
+                 if default.get(r["repeat"]) and r["fit_to_running_s"]["p50"] is not None]
+        cells = [f"GPUs working {_median_range([w * 100 for w in working], '.0f')} %"
+                 if None not in working else "",
+                 f"to all workers Running p50 {_median_range(latency, '.1f')} s"
+                 if None not in latency else "",
+                 f"that over the default scheduler's {_median_range(ratio, '.2f')}"
+                 if ratio and policy != "default" else ""]
+        lines += f"\n- {policy}, {len(rs)} runs: " + "; ".join(c for c in cells if c)
+    return ("\nMedian (range) over the runs, each run's policies one after another on the same "
+            "machine:\n" + lines + "\n")
 
 
 def cpu_lines(results: list[dict], settings: dict, programs: int = 5) -> str:
@@ -542,7 +582,7 @@ def cpu_lines(results: list[dict], settings: dict, programs: int = 5) -> str:
                 + f", the bench's client {cpu['bench_client_cpu_s']:.0f} core-s)")
 
     lines = "".join(
-        f"\n- {r['policy']}: the stream {phase(r['stream_cpu'])}; the {settings['fit_jobs']} "
+        f"\n- {_label(r)}: the stream {phase(r['stream_cpu'])}; the {settings['fit_jobs']} "
         f"fitting MPIJobs {phase(r['fit_cpu'])}"
         for r in results if r.get("stream_cpu") and r.get("fit_cpu"))
     return ("\nThe machine's CPU, per phase (core-seconds of the programs that used most):\n"
@@ -573,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-up-s", type=float,
                    help="steady-state shares leave out the first seconds (default: the longest "
                    "run time, the first wave's placement and first ends)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run the policies in turn this many times (median and range reported)")
     p.add_argument("--timeout", type=float, default=1800)
     a = p.parse_args(argv)
     jobs = plan_stream(a.nodes, a.gpus_per_node, a.demand, run_seconds=tuple(a.run_seconds),
@@ -582,15 +624,20 @@ def main(argv: list[str] | None = None) -> int:
                 "seed": a.seed, "jobs": len(jobs), "fit_jobs": a.fit_jobs,
                 "run_seconds": list(a.run_seconds),
                 "sizes": SIZES, "stall_s": a.stall_s, "warm_up_s": warm_up}
+    if a.repeats > 1:
+        settings["repeats"] = a.repeats
     results = []
-    for policy in a.policies:
-        print(f"{policy}: {len(jobs)} MPIJobs on {a.nodes} nodes", flush=True)
-        with tempfile.TemporaryDirectory(prefix=f"chexflow-contention-{policy}-") as tmp:
-            results.append(run_policy(policy, a.nodes, a.gpus_per_node, jobs, a.sample_s,
-                                      a.stall_s, a.timeout, a.fit_jobs, Path(tmp), warm_up,
-                                      {"client_qps": a.kueue_qps,
-                                       "mpijob_concurrency": a.kueue_mpijob_concurrency}))
-        write_report(results, settings, a.out)
+    for repeat in range(1, a.repeats + 1):
+        for policy in a.policies:
+            print(f"{policy}: {len(jobs)} MPIJobs on {a.nodes} nodes"
+                  + (f", run {repeat}/{a.repeats}" if a.repeats > 1 else ""), flush=True)
+            with tempfile.TemporaryDirectory(prefix=f"chexflow-contention-{policy}-") as tmp:
+                result = run_policy(policy, a.nodes, a.gpus_per_node, jobs, a.sample_s,
+                                    a.stall_s, a.timeout, a.fit_jobs, Path(tmp), warm_up,
+                                    {"client_qps": a.kueue_qps,
+                                     "mpijob_concurrency": a.kueue_mpijob_concurrency})
+            results.append(result | ({"repeat": repeat} if a.repeats > 1 else {}))
+            write_report(results, settings, a.out)
     print((a.out / "contention.md").read_text())
     return 0
 
