@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from chexflow.bench.apiserver_requests import ApiRequests
 from chexflow.bench.core import machine
 from chexflow.bench.cpu_account import CpuAccount
 from chexflow.devcluster import addons
@@ -199,21 +200,21 @@ def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJo
                 kueue.create_local_queue(api, ns)
         plan = {j.name: j for j in jobs}
         start = time.monotonic()
-        with CpuAccount() as stream_cpu:
+        with CpuAccount() as stream_cpu, ApiRequests(api) as stream_requests:
             submit(custom, [stream_mpijob(j, gpus_per_node, policy) for j in jobs])
             result["submit_s"] = round(time.monotonic() - start, 1)
             samples = watch_stream(api, cluster, plan, gpus_per_node, start, sample_s, stall_s,
                                    timeout)
-        result["stream_cpu"] = stream_cpu.result
+        result["stream_cpu"] = stream_cpu.result | {"requests": stream_requests.result}
         result.update(summarize(samples, len(jobs), nodes * gpus_per_node, sample_s,
                                 warm_up_s))
         result["samples"] = [asdict(s) for s in samples]
         if policy == "kueue-tas":
             result["workloads_with_topology_assignment"] = topology_assigned(custom)
         delete_all(custom, namespaces)
-        with CpuAccount() as fit_cpu:
+        with CpuAccount() as fit_cpu, ApiRequests(api) as fit_requests:
             fit = time_fit_jobs(api, custom, policy, fit_jobs, nodes, gpus_per_node, timeout)
-        result["fit_cpu"] = fit_cpu.result
+        result["fit_cpu"] = fit_cpu.result | {"requests": fit_requests.result}
         result["fit_all_running_s"] = fit["all_running_s"]
         result["fit_to_admitted_s"], result["fit_to_running_s"] = (fit["to_admitted_s"],
                                                                    fit["to_running_s"])
@@ -573,13 +574,17 @@ def spread(results: list[dict]) -> str:
 
 
 def cpu_lines(results: list[dict], settings: dict, programs: int = 5) -> str:
-    """Per policy, how busy the machine was in each phase and the programs that used most of
-    it: whether a latency is the policy's or the machine's."""
+    """Per policy, how busy the machine was in each phase, the programs that used most of it
+    and the requests the apiserver served most: whether a latency is the policy's or the
+    machine's."""
     def phase(cpu: dict) -> str:
         top = list(cpu["programs_cpu_s"].items())[:programs]
+        requests = list(cpu.get("requests", {}).items())[:programs]
         return (f"{cpu['machine_busy']:.0%} of {cpu['cores']} cores busy over "
                 f"{cpu['wall_s']:.0f} s (" + ", ".join(f"{n} {s:.0f}" for n, s in top)
-                + f", the bench's client {cpu['bench_client_cpu_s']:.0f} core-s)")
+                + f", the bench's client {cpu['bench_client_cpu_s']:.0f} core-s)"
+                + ("; the apiserver served " + ", ".join(f"{k} {n}" for k, n in requests)
+                   if requests else ""))
 
     lines = "".join(
         f"\n- {_label(r)}: the stream {phase(r['stream_cpu'])}; the {settings['fit_jobs']} "
