@@ -176,16 +176,19 @@ def sample(api, plan: dict[str, PlannedJob], gpus_per_node: int, t: float) -> Sa
 
 def run_policy(policy: str, nodes: int, gpus_per_node: int, jobs: list[PlannedJob],
                sample_s: float, stall_s: float, timeout: float, fit_jobs: int,
-               state_dir: Path, warm_up_s: float = 0.0, kueue_tuning: dict | None = None) -> dict:
+               state_dir: Path, warm_up_s: float = 0.0, kueue_tuning: dict | None = None,
+               node_lease_s: int = 40) -> dict:
     """One policy on a fresh cluster: the stream until drained or deadlocked, then the
     create-to-Running time of `fit_jobs` MPIJobs that fit. `kueue_tuning`: the Kueue add-on's
-    tuning (client_qps, mpijob_concurrency) over Kueue's shipped settings."""
+    tuning (client_qps, mpijob_concurrency) over Kueue's shipped settings; `node_lease_s`: the
+    kwok nodes' lease duration."""
     from kubernetes import client
 
     t0 = time.monotonic()
     # a node whose lease kwok renews late on a loaded machine is not a fault being studied
     cluster = LocalCluster(state_dir, nodes=nodes, gpus_per_node=gpus_per_node,
                            die_with_parent=True, node_monitor_grace_s=600,
+                           node_lease_duration_s=node_lease_s,
                            **policy_options(policy, kueue_tuning))
     with cluster:
         result: dict = {"policy": policy, "cluster_start_s": round(time.monotonic() - t0, 1)}
@@ -529,6 +532,7 @@ def markdown(results: list[dict], settings: dict) -> str:
             f"nodes x {settings['gpus_per_node']} GPUs), job run times "
             f"{settings['run_seconds'][0]}-{settings['run_seconds'][1]} s, seed "
             f"{settings['seed']}" + (f", warm-up {settings['warm_up_s']:g} s" if after else "")
+            + f", node leases of {settings.get('node_lease_s', 40)} s"
             + ":\n\n"
             + head + rows + spread(results) + stated + steps + cpu_lines(results, settings))
 
@@ -618,6 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warm-up-s", type=float,
                    help="steady-state shares leave out the first seconds (default: the longest "
                    "run time, the first wave's placement and first ends)")
+    p.add_argument("--node-lease-s", type=int, default=40,
+                   help="the kwok nodes' lease duration, renewed every quarter of it (default: "
+                   "the kubelet's 40 s; the node lifecycle controller's grace here is 600 s)")
     p.add_argument("--repeats", type=int, default=1,
                    help="run the policies in turn this many times (median and range reported)")
     p.add_argument("--timeout", type=float, default=1800)
@@ -628,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "demand": a.demand,
                 "seed": a.seed, "jobs": len(jobs), "fit_jobs": a.fit_jobs,
                 "run_seconds": list(a.run_seconds),
-                "sizes": SIZES, "stall_s": a.stall_s, "warm_up_s": warm_up}
+                "sizes": SIZES, "stall_s": a.stall_s, "warm_up_s": warm_up,
+                "node_lease_s": a.node_lease_s}
     if a.repeats > 1:
         settings["repeats"] = a.repeats
     results = []
@@ -640,7 +648,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_policy(policy, a.nodes, a.gpus_per_node, jobs, a.sample_s,
                                     a.stall_s, a.timeout, a.fit_jobs, Path(tmp), warm_up,
                                     {"client_qps": a.kueue_qps,
-                                     "mpijob_concurrency": a.kueue_mpijob_concurrency})
+                                     "mpijob_concurrency": a.kueue_mpijob_concurrency},
+                                    a.node_lease_s)
             results.append(result | ({"repeat": repeat} if a.repeats > 1 else {}))
             write_report(results, settings, a.out)
     print((a.out / "contention.md").read_text())

@@ -120,6 +120,10 @@ class LocalCluster:
     # the node lifecycle controller's grace before a silent node is NotReady (0: Kubernetes'
     # default); simulations of 1,000s of kwok nodes on a few cores set it longer
     node_monitor_grace_s: int = 0
+    # the kwok nodes' lease duration (they renew every quarter of it): the kubelet's 40 s; with
+    # 1,000s of nodes their renewals are most of the apiserver's requests, which a simulation on
+    # a few cores may space out (beneath node_monitor_grace_s)
+    node_lease_duration_s: int = 40
     # the address the apiserver listens on: a real node's when there is one (its prepare)
     host: str = LOOPBACK
     ports: dict[str, int] = field(default_factory=dict)
@@ -514,7 +518,8 @@ class LocalCluster:
                 f"--manage-nodes-with-annotation-selector={'='.join(nodes.KWOK_ANNOTATION)}",
                 f"--cidr={KWOK_POD_CIDR}", "--node-ip=127.0.0.1", f"--node-port={port}",
                 f"--server-address=127.0.0.1:{port}", f"--tls-cert-file={pki.serving_cert}",
-                f"--tls-private-key-file={pki.serving_key}", "--node-lease-duration-seconds=40"]
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--node-lease-duration-seconds={self.node_lease_duration_s}"]
 
     def _mpi_operator_args(self) -> list[str]:
         # The work queue's default 10 syncs/s (burst 100) paced 100 MPIJobs to ~2 s each in
