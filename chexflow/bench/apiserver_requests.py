@@ -40,7 +40,7 @@ class ApiRequests:
         self._before = request_counts(self.api)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         served = request_counts(self.api) - self._before
         self.result = {f"{verb} {resource}": n for (verb, resource), n in served.most_common()
                        if n >= self.least}

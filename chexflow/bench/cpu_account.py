@@ -38,7 +38,7 @@ class CpuAccount:
         self.result: dict = {}
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         wall = time.monotonic() - self._wall
         machine = psutil.cpu_times()
         busy = sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
