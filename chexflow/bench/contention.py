@@ -39,6 +39,7 @@ import argparse
 import json
 import math
 import random
+import statistics
 import tempfile
 import time
 from collections import defaultdict
@@ -543,10 +544,7 @@ def _label(result: dict) -> str:
 
 
 def _median_range(values: list[float], fmt: str) -> str:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return f"{median:{fmt}} ({ordered[0]:{fmt}}-{ordered[-1]:{fmt}})"
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
 def spread(results: list[dict]) -> str:
