@@ -212,7 +212,9 @@ def allreduce_lever_sides() -> dict[str, Setting]:
     algorithm named (each rank reduces half the buffer in ring and Rabenseifner's, all of it in
     recursive doubling), no fusion buffer (each gradient reduced in place: no copies in and
     out, one MPI call per tensor), a shorter Horovod cycle (negotiation wakes every 5 ms, not
-    25), and OpenMPI's shared-memory transport without its single-copy (CMA) path."""
+    25), OpenMPI's shared-memory transport without its single-copy (CMA) path, and MPI
+    initialised without thread support (Horovod asks for MPI_THREAD_MULTIPLE unless
+    HOROVOD_MPI_THREADS_DISABLE=1; only its background thread calls MPI)."""
     mpi = ("--controller", "mpi")
     env = dict(MPI_CPU_ENV)
     return {
@@ -226,6 +228,7 @@ def allreduce_lever_sides() -> dict[str, Setting]:
         "--cycle-time-ms 5": Setting((*mpi, "--cycle-time-ms", "5"), env),
         "shared memory without single copy": Setting(
             mpi, {**env, "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}),
+        "MPI without thread support": Setting(mpi, {**env, "HOROVOD_MPI_THREADS_DISABLE": "1"}),
     }
 
 
