@@ -314,7 +314,9 @@ class KubernetesBackend:
         deadline = self.clock() + timeout_seconds
         last_state = last_queue = None
         blocked_since: dict[str, float] = {}  # Blocker.what -> when first seen
-        sized = False  # the job's GPUs were checked against the cluster's nodes
+        # the job's GPUs checked against the cluster's nodes, with this many pods: again when
+        # more appear (the first worker can be unschedulable before its peers exist)
+        sized_pods = 0
         incidents = 0  # worker incidents when the namespace was last looked at
         while True:
             current = self.get_while_waiting(kind, name)
@@ -338,8 +340,8 @@ class KubernetesBackend:
                 incidents = len(self._incidents)  # the pod watch): with its namespace?
                 self.check_namespace(kind, name)
             blockers = self.blockers(obj, pods)
-            if not sized and any(b.unschedulable for b in blockers):
-                sized = True
+            if len(pods) > sized_pods and any(b.unschedulable for b in blockers):
+                sized_pods = len(pods)
                 never = self.never_fits(name, pods)
                 if never:
                     raise JobUnschedulable(f"{kind} {self.namespace}/{name} can never be "
