@@ -27,12 +27,14 @@ def ephemeral_low() -> int:
 
 
 def port_free(port: int) -> bool:
-    """Whether a listener may bind 127.0.0.1:`port` now."""
+    """Whether no listener holds `port` on any of this machine's addresses now. Not loopback
+    alone: a dev cluster's apiserver and kubelets listen on its real node's address, where a
+    second cluster picking the same port would leave a client of one able to reach the other."""
     with socket.socket() as s:
         # as Go's listeners do: a port left in TIME_WAIT by a stopped service is free to them
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind(("0.0.0.0", port))
         except OSError:
             return False
     return True

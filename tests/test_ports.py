@@ -29,3 +29,11 @@ def test_a_port_in_use_is_not_picked(monkeypatch):
         monkeypatch.setattr(ports.random, "randrange", lambda lo, hi: next(tries))
         monkeypatch.setattr(ports, "ephemeral_low", lambda: 65536)
         assert ports.free_port() != busy
+
+
+def test_a_port_listened_on_another_address_is_not_free():
+    """A real node's apiserver or kubelet listens on the node's address, not loopback."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.2", 0))
+        held.listen()
+        assert not ports.port_free(held.getsockname()[1])

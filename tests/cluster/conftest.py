@@ -268,11 +268,13 @@ def katib_namespace(katib_cluster, request) -> Iterator[str]:
 
     name = f"k-{request.node.name.lower().replace('_', '-')[:40].strip('-')}-{uuid.uuid4().hex[:5]}"
     name = "".join(c for c in name if c.isalnum() or c == "-")
-    core = client.CoreV1Api(katib_cluster.api_client())
-    core.create_namespace({"metadata": {"name": name, "labels": INJECTION_LABEL,
-                                        "annotations": namespace_annotations()}})
+    client.CoreV1Api(katib_cluster.api_client()).create_namespace(
+        {"metadata": {"name": name, "labels": INJECTION_LABEL,
+                      "annotations": namespace_annotations()}})
     yield name
-    core.delete_namespace(name)
+    # a client of now: a test that stopped and started the cluster may have moved its apiserver
+    # (another cluster took its /24 or port meanwhile), and the kubeconfig says where it is
+    client.CoreV1Api(katib_cluster.api_client()).delete_namespace(name)
 
 
 @pytest.fixture(scope="package")
