@@ -41,8 +41,8 @@ def port_free(port: int) -> bool:
 
 
 def free_port(taken: Collection[int] = ()) -> int:
-    """A free loopback port below the ephemeral range and not in `taken` (the ports already
-    picked for the same service set)."""
+    """A port below the ephemeral range, free on every address (port_free) and not in `taken`
+    (the ports already picked for the same service set)."""
     high = ephemeral_low()
     if high <= LOWEST + 100:  # a range reaching down this far leaves nothing outside it
         high = 65536
